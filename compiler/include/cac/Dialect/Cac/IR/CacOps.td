@@ -1,0 +1,271 @@
+//===- CacOps.td - Operations of the cac dialect ------------*- tablegen -*-===//
+
+#ifndef CAC_OPS_TD
+#define CAC_OPS_TD
+
+include "cac/Dialect/Cac/IR/CacBase.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/IR/RegionKindInterface.td"
+include "mlir/IR/BuiltinAttributeInterfaces.td"
+include "mlir/Interfaces/InferTypeOpInterface.td"
+include "mlir/IR/OpBase.td"
+
+//===----------------------------------------------------------------------===//
+// Structure
+//===----------------------------------------------------------------------===//
+
+def Cac_EstimatorOp : Cac_Op<"estimator", [
+    Symbol, IsolatedFromAbove, NoTerminator, SingleBlock]> {
+  let summary = "one estimator: its inputs, parameters, computation, outputs";
+  let description = [{
+    The body declares inputs with `cac.input`, parameters with `cac.param`,
+    computes with the other `cac` operations and names results with
+    `cac.output`. The order of outputs is the order of the manifest.
+
+    ```mlir
+    cac.estimator @gae {
+      %v = cac.input "value" : !cac.field<token, f32>
+      %g = cac.param "gamma" default 1.0 : !cac.field<scalar, f32>
+      ...
+      cac.output "adv" %a : !cac.field<token, f32>
+    }
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "$sym_name attr-dict-with-keyword $body";
+  let extraClassDeclaration = [{
+    ::mlir::Block &getBodyBlock() { return getBody().front(); }
+  }];
+}
+
+def Cac_InputOp : Cac_Op<"input", [Pure]> {
+  let summary = "an input of the estimator, read from the batch";
+  let description = [{
+    `%v = cac.input "value" : !cac.field<token, f32>` is the batch's token
+    array `value`. The input named `group` of domain `seq` is the grouping key
+    and is never read as a number.
+  }];
+  let arguments = (ins StrAttr:$name);
+  let results = (outs Cac_Field:$result);
+  let assemblyFormat = "$name attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Cac_ParamOp : Cac_Op<"param", [Pure]> {
+  let summary = "a scalar parameter, set at run time";
+  let description = [{
+    `%p = cac.param "lambda" default 0.95 : !cac.field<scalar, f32>`.
+    Without `default` the caller must give a value. Parameters are kernel
+    arguments, so changing one needs no recompilation.
+  }];
+  let arguments = (ins StrAttr:$name, OptionalAttr<F64Attr>:$default_value);
+  let results = (outs Cac_Field:$result);
+  let assemblyFormat =
+      "$name (`default` $default_value^)? attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Cac_OutputOp : Cac_Op<"output"> {
+  let summary = "names a result of the estimator";
+  let description = [{
+    `cac.output "adv" %a : !cac.field<token, f32>` writes `%a` to the output
+    array `adv`, of the domain of `%a`.
+  }];
+  let arguments = (ins StrAttr:$name, Cac_Field:$value);
+  let assemblyFormat = "$name $value attr-dict `:` type($value)";
+  let hasVerifier = 1;
+}
+
+def Cac_KernelOp : Cac_Op<"kernel", [SingleBlockImplicitTerminator<"YieldOp">]> {
+  let summary = "operations that one kernel launch computes";
+  let description = [{
+    Created by `cac-partition`. A kernel runs one unit of its `grid` domain
+    (`seq`: a sequence with all its tokens; `group`: a group of sequences) per
+    thread. Values yielded by a kernel are stored in scratch buffers and read
+    by later kernels.
+
+    ```mlir
+    %m = cac.kernel group 1 {
+      %s = cac.reduce mean %r : !cac.field<seq, f32> -> !cac.field<group, f32>
+      cac.yield %s : !cac.field<group, f32>
+    } : !cac.field<group, f32>
+    ```
+  }];
+  let arguments = (ins Cac_DomainAttr:$grid, I64Attr:$index);
+  let results = (outs Variadic<Cac_Field>:$results);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat =
+      "$grid $index attr-dict-with-keyword $body (`:` type($results)^)?";
+  let hasVerifier = 1;
+}
+
+def Cac_YieldOp : Cac_Op<"yield", [Pure, Terminator, HasParent<"KernelOp">]> {
+  let summary = "the values a kernel hands to later kernels";
+  let arguments = (ins Variadic<Cac_Field>:$values);
+  let assemblyFormat = "($values^ `:` type($values))? attr-dict";
+  let builders = [OpBuilder<(ins), [{ build($_builder, $_state, {}); }]>];
+}
+
+//===----------------------------------------------------------------------===//
+// Elementwise
+//===----------------------------------------------------------------------===//
+
+def Cac_ConstantOp : Cac_Op<"constant", [Pure, ConstantLike]> {
+  let summary = "a literal";
+  let description = [{
+    `%c = cac.constant 0.5 : !cac.field<scalar, f32>`; predicates use
+    `true`/`false` with element type i1.
+  }];
+  let arguments = (ins TypedAttrInterface:$value);
+  let results = (outs Cac_Field:$result);
+  let assemblyFormat = "$value attr-dict `:` type($result)";
+  let hasFolder = 1;
+  let hasVerifier = 1;
+}
+
+def Cac_BinaryOp : Cac_Op<"binary", [Pure, SameOperandsAndResultType]> {
+  let summary = "elementwise binary arithmetic or logic";
+  let description = [{
+    `%c = cac.binary add %a, %b : !cac.field<token, f32>`. Operands have one
+    domain; `cac.broadcast` makes them so. `and`/`or` take predicates.
+  }];
+  let arguments = (ins Cac_BinaryKindAttr:$kind, Cac_Field:$lhs, Cac_Field:$rhs);
+  let results = (outs Cac_Field:$result);
+  let assemblyFormat = "$kind $lhs `,` $rhs attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Cac_UnaryOp : Cac_Op<"unary", [Pure, SameOperandsAndResultType]> {
+  let summary = "elementwise unary function";
+  let description = [{
+    `%e = cac.unary exp %x : !cac.field<token, f32>`; `not` takes a predicate.
+  }];
+  let arguments = (ins Cac_UnaryKindAttr:$kind, Cac_Field:$operand);
+  let results = (outs Cac_Field:$result);
+  let assemblyFormat = "$kind $operand attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Cac_CmpOp : Cac_Op<"cmp", [Pure, SameTypeOperands]> {
+  let summary = "elementwise comparison giving a predicate";
+  let description = [{
+    `%p = cac.cmp lt %a, %b : !cac.field<token, f32> -> !cac.field<token, i1>`
+  }];
+  let arguments = (ins Cac_CmpPredicateAttr:$predicate, Cac_Field:$lhs,
+                       Cac_Field:$rhs);
+  let results = (outs Cac_Field:$result);
+  let assemblyFormat =
+      "$predicate $lhs `,` $rhs attr-dict `:` type($lhs) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Cac_SelectOp : Cac_Op<"select", [Pure, AllTypesMatch<["true_value", "false_value", "result"]>]> {
+  let summary = "elementwise choice";
+  let description = [{
+    `%r = cac.select %c, %a, %b : !cac.field<token, i1>, !cac.field<token, f32>`
+  }];
+  let arguments = (ins Cac_Field:$condition, Cac_Field:$true_value,
+                       Cac_Field:$false_value);
+  let results = (outs Cac_Field:$result);
+  let assemblyFormat = [{
+    $condition `,` $true_value `,` $false_value attr-dict `:`
+    type($condition) `,` type($result)
+  }];
+  let hasVerifier = 1;
+}
+
+def Cac_CastOp : Cac_Op<"cast", [Pure]> {
+  let summary = "predicate to number (1 or 0)";
+  let arguments = (ins Cac_Field:$operand);
+  let results = (outs Cac_Field:$result);
+  let assemblyFormat = "$operand attr-dict `:` type($operand) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Cac_BroadcastOp : Cac_Op<"broadcast", [Pure]> {
+  let summary = "moves a value to a finer domain";
+  let description = [{
+    `%t = cac.broadcast %r : !cac.field<seq, f32> -> !cac.field<token, f32>`
+    gives every token the value of its sequence (group -> seq through the
+    sequence's group; scalar -> anything).
+  }];
+  let arguments = (ins Cac_Field:$operand);
+  let results = (outs Cac_Field:$result);
+  let assemblyFormat = "$operand attr-dict `:` type($operand) `->` type($result)";
+  let hasVerifier = 1;
+  let hasFolder = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Along the tokens of a sequence
+//===----------------------------------------------------------------------===//
+
+def Cac_PositionOp : Cac_Op<"position", [Pure]> {
+  let summary = "the index of each token inside its sequence (0-based)";
+  let results = (outs Cac_Field:$result);
+  let assemblyFormat = "attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Cac_LengthOp : Cac_Op<"length", [Pure]> {
+  let summary = "the number of tokens of each sequence";
+  let results = (outs Cac_Field:$result);
+  let assemblyFormat = "attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Cac_ShiftOp : Cac_Op<"shift", [Pure, AllTypesMatch<["operand", "fill", "result"]>]> {
+  let summary = "the value of a neighbouring token of the same sequence";
+  let description = [{
+    `%n = cac.shift %v by 1 fill %z : !cac.field<token, f32>` is `v[t+1]`, or
+    `z[t]` past the end of the sequence (`next(v, z)` in the language);
+    `by -1` is `prev`.
+  }];
+  let arguments = (ins Cac_Field:$operand, I64Attr:$offset, Cac_Field:$fill);
+  let results = (outs Cac_Field:$result);
+  let assemblyFormat =
+      "$operand `by` $offset `fill` $fill attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Cac_ScanOp : Cac_Op<"scan", [Pure, AllTypesMatch<["input", "decay", "result"]>]> {
+  let summary = "linear recurrence along each sequence";
+  let description = [{
+    Forward: `y[t] = x[t] + c[t] * y[t-1]`, `y[-1] = 0`.
+    With `reverse`: `y[t] = x[t] + c[t] * y[t+1]`, `y[T] = 0` (GAE, SAE).
+
+    ```mlir
+    %a = cac.scan reverse %delta, %c : !cac.field<token, f32>
+    ```
+  }];
+  let arguments = (ins Cac_Field:$input, Cac_Field:$decay, UnitAttr:$reverse);
+  let results = (outs Cac_Field:$result);
+  let assemblyFormat =
+      "(`reverse` $reverse^)? $input `,` $decay attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+//===----------------------------------------------------------------------===//
+// Reductions
+//===----------------------------------------------------------------------===//
+
+def Cac_ReduceOp : Cac_Op<"reduce", [Pure]> {
+  let summary = "reduces a value to a coarser domain";
+  let description = [{
+    token -> seq (sum, mean, min, max, first, last, count) and seq -> group
+    (the same, and var / std, population or unbiased).
+
+    ```mlir
+    %m = cac.reduce mean %r : !cac.field<seq, f32> -> !cac.field<group, f32>
+    ```
+  }];
+  let arguments = (ins Cac_ReduceKindAttr:$kind, Cac_Field:$operand);
+  let results = (outs Cac_Field:$result);
+  let assemblyFormat =
+      "$kind $operand attr-dict `:` type($operand) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+#endif // CAC_OPS_TD

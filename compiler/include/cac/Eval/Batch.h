@@ -1,0 +1,67 @@
+//===- Batch.h - Rollout batches for `cac eval` -----------------*- C++ -*-===//
+//
+// The JSON batch format of docs/language.md (ragged rows, no padding), held
+// packed (CSR) as the kernels see it, and the JSON output. No LibTorch here:
+// the eager backend converts to tensors itself.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CAC_EVAL_BATCH_H
+#define CAC_EVAL_BATCH_H
+
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringRef.h"
+#include "llvm/Support/Error.h"
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace cac {
+
+/// A batch of B sequences with N tokens in all, packed.
+struct Batch {
+  int64_t numSeqs = 0;
+  int64_t numTokens = 0;
+  /// Tokens of sequence b are [seqOffsets[b], seqOffsets[b+1]).
+  std::vector<int32_t> seqOffsets;
+  /// Dense group index of each sequence, and the groups' member lists.
+  std::vector<int32_t> seqGroup, groupOffsets, groupMembers;
+  /// The original group ids, ascending; groupIds[g] names dense group g.
+  std::vector<int64_t> groupIds;
+  /// Named arrays by domain, packed: token arrays have N entries, seq B.
+  llvm::StringMap<std::vector<double>> token, seq;
+  /// Parameters given in the file or on the command line.
+  std::map<std::string, double> params;
+
+  int64_t numGroups() const { return int64_t(groupIds.size()); }
+};
+
+/// Parses the JSON batch `text` (from `fileName`, for messages).
+llvm::Expected<Batch> parseBatchJson(llvm::StringRef text,
+                                     llvm::StringRef fileName);
+
+/// One output array of an estimator.
+struct OutputArray {
+  std::string name;
+  std::string domain; ///< token | seq | group
+  std::vector<double> values;
+};
+
+/// Writes the outputs as the JSON of `cac eval`: ragged token rows, and group
+/// values in ascending group-id order (with the ids under "groups").
+std::string formatOutputsJson(const Batch &batch,
+                              const std::vector<OutputArray> &outputs);
+
+/// Resolves the value of each manifest parameter from the batch (file and
+/// command line) and the defaults. Fails naming a required parameter that
+/// has no value, or a given parameter the estimator does not declare.
+llvm::Expected<std::vector<double>>
+resolveParams(const Batch &batch,
+              const std::vector<std::pair<std::string, std::optional<double>>>
+                  &declared);
+
+} // namespace cac
+
+#endif // CAC_EVAL_BATCH_H

@@ -1,0 +1,42 @@
+//===- Pipelines.h - The pass pipelines of cac ------------------*- C++ -*-===//
+//
+// One builder per pipeline, shared by `cac` and `cac-opt` (where they are
+// registered as `cac-to-cpu` and `cac-to-ptx`).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CAC_PIPELINES_H
+#define CAC_PIPELINES_H
+
+#include "mlir/Pass/PassManager.h"
+
+#include <string>
+
+namespace cac {
+
+/// Options of the CUDA pipeline.
+struct CudaOptions {
+  std::string chip = "sm_90";
+  /// libdevice bitcode linked for math functions; empty = the CUDA default.
+  std::string libdevice;
+  int64_t blockSize = 128;
+};
+
+/// cac dialect -> partitioned cac dialect (canonicalize, CSE, partition).
+void buildCacOptimizationPipeline(mlir::OpPassManager &pm);
+
+/// Partitioned cac -> LLVM dialect functions taking `void**` (CPU).
+void buildCpuPipeline(mlir::OpPassManager &pm);
+
+/// Partitioned cac -> gpu.binary holding PTX.
+void buildCudaPipeline(mlir::OpPassManager &pm, const CudaOptions &options);
+
+/// Registers the pipelines and every cac pass with the global registry.
+void registerCacPasses();
+
+/// The libdevice.10.bc of the CUDA toolkit, or "" when none is found.
+std::string findLibdevice();
+
+} // namespace cac
+
+#endif // CAC_PIPELINES_H

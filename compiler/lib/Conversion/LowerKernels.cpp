@@ -1,0 +1,1107 @@
+//===- LowerKernels.cpp - Partitioned estimators to CPU/GPU functions -----===//
+//
+// Each `cac.kernel` becomes one function over grid units (docs/bundle.md).
+//
+// A `seq` kernel handles one sequence per unit. Its token values are not
+// stored unless they must be (outputs, values later kernels read, scans):
+// they are expressions evaluated on demand at a token index inside loops over
+// the sequence. Scans and token -> seq reductions are the operations that need
+// a loop; they are scheduled greedily into as few loops as their dependences
+// allow (a reverse scan and everything that reads it at the same or the next
+// token share one reverse loop). Stores of token outputs join the loop where
+// their inputs become available.
+//
+// A `group` kernel handles one group per unit: a first pass over the member
+// sequences accumulates sums, minima and maxima, a second pass (only when
+// needed) the squared deviations for variances.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cac/Conversion/Passes.h"
+#include "cac/Dialect/Cac/IR/CacDialect.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+#include "llvm/Support/JSON.h"
+
+namespace cac {
+#define GEN_PASS_DEF_CACLOWERKERNELS
+#include "cac/Conversion/Passes.h.inc"
+} // namespace cac
+
+using namespace mlir;
+using namespace cac::ir;
+
+namespace {
+
+//===----------------------------------------------------------------------===//
+// The argument list shared by all kernels of an estimator
+//===----------------------------------------------------------------------===//
+
+enum class ArgKind { I64, Ptr, Param };
+
+struct AbiArg {
+  std::string name;
+  ArgKind kind;
+};
+
+struct Buffer {
+  std::string name;
+  std::string role; // input | output | scratch
+  Domain domain;
+};
+
+/// Fixed leading arguments (docs/bundle.md).
+enum FixedArg : unsigned {
+  kUnitBegin,
+  kUnitEnd,
+  kNumSeqs,
+  kNumGroups,
+  kNumTokens,
+  kNumNodes,
+  kSeqOffsets,
+  kSeqGroup,
+  kGroupOffsets,
+  kGroupMembers,
+  kNodeParent,
+  kTokenNode,
+  kNumFixed
+};
+
+const char *const kFixedNames[kNumFixed] = {
+    "unit_begin",    "unit_end",      "num_seqs",    "num_groups",
+    "num_tokens",    "num_nodes",     "seq_offsets", "seq_group",
+    "group_offsets", "group_members", "node_parent", "token_node"};
+
+struct Abi {
+  std::vector<AbiArg> args;
+  std::vector<Buffer> buffers;
+  std::vector<std::pair<std::string, std::optional<double>>> params;
+  /// Where a value is stored: index into `args`.
+  DenseMap<Value, unsigned> storage;
+  /// Argument index of each parameter op's value.
+  DenseMap<Value, unsigned> paramArg;
+  unsigned firstBuffer = kNumFixed;
+  bool needsGroups = false;
+
+  unsigned addBuffer(StringRef name, StringRef role, Domain d) {
+    buffers.push_back({name.str(), role.str(), d});
+    return kNumFixed + buffers.size() - 1;
+  }
+};
+
+Domain domainOf(Value v) { return cast<FieldType>(v.getType()).getDomain(); }
+Type elemOf(Value v) { return cast<FieldType>(v.getType()).getElementType(); }
+
+//===----------------------------------------------------------------------===//
+// Emission helpers
+//===----------------------------------------------------------------------===//
+
+class Emitter {
+public:
+  Emitter(OpBuilder &b, Location loc, Type floatType, ArrayRef<Value> args,
+          const Abi &abi)
+      : b(b), loc(loc), ft(floatType), args(args.begin(), args.end()),
+        abi(abi) {}
+
+  Value i64(int64_t v) {
+    return b.create<arith::ConstantOp>(loc, b.getI64IntegerAttr(v));
+  }
+  Value fconst(double v) {
+    return b.create<arith::ConstantOp>(loc, b.getFloatAttr(ft, v));
+  }
+  Value ptrAt(Value base, Value idx, Type elem) {
+    auto ptrTy = LLVM::LLVMPointerType::get(b.getContext());
+    return b.create<LLVM::GEPOp>(loc, ptrTy, elem, base, ValueRange{idx});
+  }
+  Value load(Value base, Value idx, Type elem) {
+    return b.create<LLVM::LoadOp>(loc, elem, ptrAt(base, idx, elem));
+  }
+  void store(Value v, Value base, Value idx) {
+    b.create<LLVM::StoreOp>(loc, v, ptrAt(base, idx, v.getType()));
+  }
+  Value loadI32AsI64(unsigned arg, Value idx) {
+    Value v = load(args[arg], idx, b.getI32Type());
+    return b.create<arith::ExtSIOp>(loc, b.getI64Type(), v);
+  }
+  Value loadBuffer(Value v, Value idx) {
+    return load(args[abi.storage.lookup(v)], idx, ft);
+  }
+  void storeBuffer(unsigned arg, Value v, Value idx) {
+    if (v.getType().isInteger(1))
+      v = b.create<arith::UIToFPOp>(loc, ft, v);
+    store(v, args[arg], idx);
+  }
+  Value toFloat(Value i) { return b.create<arith::SIToFPOp>(loc, ft, i); }
+
+  /// Builds the elementwise operation `op` on already evaluated operands.
+  Value elementwise(Operation *op, ArrayRef<Value> x) {
+    Location l = op->getLoc();
+    if (auto bin = dyn_cast<BinaryOp>(op)) {
+      switch (bin.getKind()) {
+      case BinaryKind::Add:
+        return b.create<arith::AddFOp>(l, x[0], x[1]);
+      case BinaryKind::Sub:
+        return b.create<arith::SubFOp>(l, x[0], x[1]);
+      case BinaryKind::Mul:
+        return b.create<arith::MulFOp>(l, x[0], x[1]);
+      case BinaryKind::Div:
+        return b.create<arith::DivFOp>(l, x[0], x[1]);
+      case BinaryKind::Min:
+        return b.create<arith::MinimumFOp>(l, x[0], x[1]);
+      case BinaryKind::Max:
+        return b.create<arith::MaximumFOp>(l, x[0], x[1]);
+      case BinaryKind::Pow:
+        return b.create<math::PowFOp>(l, x[0], x[1]);
+      case BinaryKind::And:
+        return b.create<arith::AndIOp>(l, x[0], x[1]);
+      case BinaryKind::Or:
+        return b.create<arith::OrIOp>(l, x[0], x[1]);
+      }
+    }
+    if (auto un = dyn_cast<UnaryOp>(op)) {
+      switch (un.getKind()) {
+      case UnaryKind::Neg:
+        return b.create<arith::NegFOp>(l, x[0]);
+      case UnaryKind::Exp:
+        return b.create<math::ExpOp>(l, x[0]);
+      case UnaryKind::Log:
+        return b.create<math::LogOp>(l, x[0]);
+      case UnaryKind::Sqrt:
+        return b.create<math::SqrtOp>(l, x[0]);
+      case UnaryKind::Abs:
+        return b.create<math::AbsFOp>(l, x[0]);
+      case UnaryKind::Sigmoid: {
+        Value e = b.create<math::ExpOp>(l, b.create<arith::NegFOp>(l, x[0]));
+        return b.create<arith::DivFOp>(
+            l, fconst(1.0), b.create<arith::AddFOp>(l, fconst(1.0), e));
+      }
+      case UnaryKind::Not: {
+        Value one = b.create<arith::ConstantOp>(l, b.getBoolAttr(true));
+        return b.create<arith::XOrIOp>(l, x[0], one);
+      }
+      }
+    }
+    if (auto cmp = dyn_cast<CmpOp>(op)) {
+      arith::CmpFPredicate p;
+      switch (cmp.getPredicate()) {
+      case CmpPredicate::LT:
+        p = arith::CmpFPredicate::OLT;
+        break;
+      case CmpPredicate::LE:
+        p = arith::CmpFPredicate::OLE;
+        break;
+      case CmpPredicate::GT:
+        p = arith::CmpFPredicate::OGT;
+        break;
+      case CmpPredicate::GE:
+        p = arith::CmpFPredicate::OGE;
+        break;
+      case CmpPredicate::EQ:
+        p = arith::CmpFPredicate::OEQ;
+        break;
+      case CmpPredicate::NE:
+        p = arith::CmpFPredicate::UNE;
+        break;
+      }
+      return b.create<arith::CmpFOp>(l, p, x[0], x[1]);
+    }
+    if (isa<SelectOp>(op))
+      return b.create<arith::SelectOp>(l, x[0], x[1], x[2]);
+    if (isa<CastOp>(op))
+      return b.create<arith::UIToFPOp>(l, ft, x[0]);
+    if (isa<BroadcastOp>(op))
+      return x[0];
+    llvm_unreachable("not an elementwise operation");
+  }
+
+  Value constantOf(ConstantOp c) {
+    TypedAttr a = cast<TypedAttr>(c.getValue());
+    return b.create<arith::ConstantOp>(c.getLoc(), a);
+  }
+
+  /// A scalar value (parameters, literals and arithmetic on them).
+  Value scalar(Value v) {
+    auto it = scalars.find(v);
+    if (it != scalars.end())
+      return it->second;
+    // Scalars are computed once, at the top of the unit's body, so that any
+    // loop can use them.
+    OpBuilder::InsertionGuard guard(b);
+    if (anchor)
+      b.setInsertionPoint(anchor);
+    Operation *op = v.getDefiningOp();
+    Value r;
+    if (isa<ParamOp>(op)) {
+      r = args[abi.paramArg.lookup(v)];
+    } else if (auto c = dyn_cast<ConstantOp>(op)) {
+      r = constantOf(c);
+    } else {
+      SmallVector<Value> x;
+      for (Value o : op->getOperands())
+        x.push_back(scalar(o));
+      r = elementwise(op, x);
+    }
+    scalars[v] = r;
+    return r;
+  }
+  DenseMap<Value, Value> scalars;
+  /// Scalars are inserted before this operation (the first of the body).
+  Operation *anchor = nullptr;
+
+  OpBuilder &b;
+  Location loc;
+  Type ft;
+  SmallVector<Value> args;
+  const Abi &abi;
+};
+
+/// scf.for without loop-carried values comes with a terminator; the
+/// emitters add their own.
+void eraseImplicitYield(scf::ForOp forOp) {
+  Block *body = forOp.getBody();
+  if (!body->empty() && isa<scf::YieldOp>(body->back()))
+    body->back().erase();
+}
+
+bool isElementwise(Operation *op) {
+  return isa<BinaryOp, UnaryOp, CmpOp, SelectOp, CastOp>(op);
+}
+
+//===----------------------------------------------------------------------===//
+// seq kernels
+//===----------------------------------------------------------------------===//
+
+struct Dep {
+  Operation *op;  ///< A ScanOp or a token -> seq ReduceOp.
+  int64_t offset; ///< Token offset at which a scan is read.
+  bool seqLevel;  ///< Read after its loop completed.
+};
+
+struct Item {
+  enum Kind { Scan, Reduce, Store } kind;
+  Operation *op = nullptr; ///< Scan, Reduce.
+  Value value;             ///< Store: the token value.
+  unsigned buffer = 0;     ///< Store, Scan: where it goes.
+};
+
+struct Loop {
+  bool reverse = false;
+  bool directionFixed = false;
+  std::vector<Item> items;
+};
+
+class SeqKernelEmitter {
+public:
+  SeqKernelEmitter(Emitter &e, KernelOp kernel, const Abi &abi,
+                   ArrayRef<std::pair<Value, unsigned>> tokenStores,
+                   ArrayRef<std::pair<Value, unsigned>> seqStores)
+      : e(e), b(e.b), kernel(kernel), abi(abi), tokenStores(tokenStores),
+        seqStores(seqStores) {}
+
+  void emit(Value unit) {
+    this->unit = unit;
+    e.anchor = e.i64(0).getDefiningOp();
+    schedule();
+    start = e.loadI32AsI64(kSeqOffsets, unit);
+    Value next = b.create<arith::AddIOp>(e.loc, unit, e.i64(1));
+    end = e.loadI32AsI64(kSeqOffsets, next);
+    len = b.create<arith::SubIOp>(e.loc, end, start);
+    if (abi.needsGroups)
+      group = e.loadI32AsI64(kSeqGroup, unit);
+    for (Loop &l : loops)
+      emitLoop(l);
+    for (auto [v, buf] : seqStores)
+      e.storeBuffer(buf, evalOuter(v), unit);
+  }
+
+private:
+  bool inKernel(Value v) {
+    Operation *def = v.getDefiningOp();
+    return def && def->getParentOp() == kernel.getOperation();
+  }
+
+  void tokenDeps(Value v, int64_t off, SmallVectorImpl<Dep> &deps) {
+    if (!inKernel(v))
+      return;
+    Operation *op = v.getDefiningOp();
+    if (isa<ScanOp>(op)) {
+      deps.push_back({op, off, false});
+      return;
+    }
+    if (auto s = dyn_cast<ShiftOp>(op)) {
+      tokenDeps(s.getOperand(), off + s.getOffset(), deps);
+      tokenDeps(s.getFill(), off, deps);
+      return;
+    }
+    if (auto bc = dyn_cast<BroadcastOp>(op)) {
+      if (domainOf(bc.getOperand()) == Domain::Token)
+        tokenDeps(bc.getOperand(), off, deps);
+      else
+        outerDeps(bc.getOperand(), deps);
+      return;
+    }
+    if (isElementwise(op))
+      for (Value o : op->getOperands())
+        tokenDeps(o, off, deps);
+  }
+
+  void outerDeps(Value v, SmallVectorImpl<Dep> &deps) {
+    if (!inKernel(v))
+      return;
+    Operation *op = v.getDefiningOp();
+    if (auto r = dyn_cast<ReduceOp>(op)) {
+      deps.push_back({op, 0, true});
+      return;
+    }
+    for (Value o : op->getOperands())
+      outerDeps(o, deps);
+  }
+
+  void place(Item item, SmallVectorImpl<Dep> &deps,
+             std::optional<bool> direction) {
+    size_t minLoop = 0;
+    for (const Dep &d : deps) {
+      size_t l = loopOf.lookup(d.op);
+      const Loop &dl = loops[l];
+      bool sameOk = !d.seqLevel &&
+                    (d.offset == 0 || (d.offset > 0 && dl.reverse) ||
+                     (d.offset < 0 && !dl.reverse));
+      minLoop = std::max(minLoop, sameOk ? l : l + 1);
+    }
+    bool useLast = !loops.empty() && loops.size() - 1 >= minLoop;
+    if (useLast && direction && loops.back().directionFixed &&
+        loops.back().reverse != *direction)
+      useLast = false;
+    if (!useLast)
+      loops.emplace_back();
+    Loop &l = loops.back();
+    if (direction && !l.directionFixed) {
+      l.reverse = *direction;
+      l.directionFixed = true;
+    }
+    if (item.op)
+      loopOf[item.op] = loops.size() - 1;
+    l.items.push_back(item);
+  }
+
+  void schedule() {
+    DenseMap<Value, unsigned> storeOf;
+    for (auto [v, buf] : tokenStores)
+      storeOf[v] = buf;
+    for (Operation &op : kernel.getBody().front()) {
+      SmallVector<Dep> deps;
+      if (auto scan = dyn_cast<ScanOp>(op)) {
+        tokenDeps(scan.getInput(), 0, deps);
+        tokenDeps(scan.getDecay(), 0, deps);
+        Item it{Item::Scan, &op, {}, abi.storage.lookup(scan.getResult())};
+        place(it, deps, scan.getReverse());
+      } else if (auto red = dyn_cast<ReduceOp>(op)) {
+        if (domainOf(red.getOperand()) != Domain::Token)
+          continue;
+        tokenDeps(red.getOperand(), 0, deps);
+        place(Item{Item::Reduce, &op, {}, 0}, deps, std::nullopt);
+      }
+      // Token stores are placed right after the op that defines their value
+      // (or first, for values defined outside the kernel).
+      for (Value r : op.getResults())
+        placeStoresOf(r, storeOf);
+    }
+    for (auto [v, buf] : tokenStores)
+      if (!inKernel(v) && !placedStores.count({v, buf})) {
+        SmallVector<Dep> deps;
+        placedStores.insert({v, buf});
+        place(Item{Item::Store, nullptr, v, buf}, deps, std::nullopt);
+      }
+  }
+
+  void placeStoresOf(Value r, DenseMap<Value, unsigned> &storeOf) {
+    for (auto [v, buf] : tokenStores) {
+      if (v != r || placedStores.count({v, buf}))
+        continue;
+      // A scan writes its own storage.
+      if (isa<ScanOp>(r.getDefiningOp()) && abi.storage.lookup(r) == buf) {
+        placedStores.insert({v, buf});
+        continue;
+      }
+      SmallVector<Dep> deps;
+      tokenDeps(v, 0, deps);
+      placedStores.insert({v, buf});
+      place(Item{Item::Store, nullptr, v, buf}, deps, std::nullopt);
+    }
+  }
+
+  // Seq-level values needed by a loop are computed before it.
+  void prepareOuter(Value v, DenseSet<Value> &seen) {
+    if (!seen.insert(v).second)
+      return;
+    if (!inKernel(v))
+      return;
+    Operation *op = v.getDefiningOp();
+    if (auto bc = dyn_cast<BroadcastOp>(op);
+        bc && domainOf(bc.getResult()) == Domain::Token &&
+        domainOf(bc.getOperand()) != Domain::Token) {
+      evalOuter(bc.getOperand());
+      return;
+    }
+    if (isa<ReduceOp>(op))
+      return;
+    for (Value o : op->getOperands())
+      prepareOuter(o, seen);
+  }
+
+  void emitLoop(Loop &l) {
+    DenseSet<Value> seen;
+    for (Item &it : l.items) {
+      if (it.kind == Item::Store)
+        prepareOuter(it.value, seen);
+      else
+        for (Value o : it.op->getOperands())
+          prepareOuter(o, seen);
+    }
+    // Loop-carried values: one per scan, one per reduction.
+    SmallVector<Value> inits;
+    for (Item &it : l.items) {
+      if (it.kind == Item::Scan)
+        inits.push_back(e.fconst(0.0));
+      else if (it.kind == Item::Reduce)
+        inits.push_back(reduceInit(cast<ReduceOp>(it.op)));
+    }
+    auto forOp = b.create<scf::ForOp>(e.loc, e.i64(0), len, e.i64(1), inits);
+    eraseImplicitYield(forOp);
+    {
+      OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(forOp.getBody());
+      Value i = forOp.getInductionVar();
+      Value t;
+      if (l.reverse)
+        t = b.create<arith::SubIOp>(
+            e.loc, b.create<arith::SubIOp>(e.loc, end, e.i64(1)), i);
+      else
+        t = b.create<arith::AddIOp>(e.loc, start, i);
+      tokenMemo.clear();
+      curT = t;
+      SmallVector<Value> yields;
+      unsigned carry = 0;
+      for (Item &it : l.items) {
+        switch (it.kind) {
+        case Item::Scan: {
+          auto scan = cast<ScanOp>(it.op);
+          Value x = evalTok(scan.getInput(), t);
+          Value c = evalTok(scan.getDecay(), t);
+          Value prev = forOp.getRegionIterArgs()[carry++];
+          Value y = b.create<arith::AddFOp>(
+              e.loc, x, b.create<arith::MulFOp>(e.loc, c, prev));
+          e.storeBuffer(it.buffer, y, t);
+          tokenMemo[{scan.getResult(), t}] = y;
+          yields.push_back(y);
+          break;
+        }
+        case Item::Reduce: {
+          auto red = cast<ReduceOp>(it.op);
+          Value acc = forOp.getRegionIterArgs()[carry++];
+          yields.push_back(reduceStep(red, acc, evalTok(red.getOperand(), t),
+                                      i));
+          break;
+        }
+        case Item::Store:
+          e.storeBuffer(it.buffer, evalTok(it.value, t), t);
+          break;
+        }
+      }
+      b.create<scf::YieldOp>(e.loc, yields);
+      curT = Value();
+    }
+    unsigned carry = 0;
+    for (Item &it : l.items) {
+      if (it.kind == Item::Scan) {
+        ++carry;
+      } else if (it.kind == Item::Reduce) {
+        auto red = cast<ReduceOp>(it.op);
+        outerMemo[red.getResult()] =
+            reduceFinish(red, forOp.getResult(carry++));
+      }
+    }
+  }
+
+  Value reduceInit(ReduceOp red) {
+    switch (red.getKind()) {
+    case ReduceKind::Min:
+      return e.fconst(std::numeric_limits<double>::infinity());
+    case ReduceKind::Max:
+      return e.fconst(-std::numeric_limits<double>::infinity());
+    default:
+      return e.fconst(0.0);
+    }
+  }
+
+  Value reduceStep(ReduceOp red, Value acc, Value x, Value i) {
+    switch (red.getKind()) {
+    case ReduceKind::Sum:
+    case ReduceKind::Mean:
+      return b.create<arith::AddFOp>(e.loc, acc, x);
+    case ReduceKind::Min:
+      return b.create<arith::MinimumFOp>(e.loc, acc, x);
+    case ReduceKind::Max:
+      return b.create<arith::MaximumFOp>(e.loc, acc, x);
+    case ReduceKind::First: {
+      Value first = b.create<arith::CmpIOp>(e.loc, arith::CmpIPredicate::eq,
+                                            i, e.i64(0));
+      return b.create<arith::SelectOp>(e.loc, first, x, acc);
+    }
+    case ReduceKind::Last: {
+      Value last = b.create<arith::CmpIOp>(
+          e.loc, arith::CmpIPredicate::eq, i,
+          b.create<arith::SubIOp>(e.loc, len, e.i64(1)));
+      return b.create<arith::SelectOp>(e.loc, last, x, acc);
+    }
+    case ReduceKind::Count:
+      return b.create<arith::AddFOp>(e.loc, acc, e.fconst(1.0));
+    default:
+      llvm_unreachable("not a token -> seq reduction");
+    }
+  }
+
+  Value reduceFinish(ReduceOp red, Value acc) {
+    if (red.getKind() != ReduceKind::Mean)
+      return acc;
+    Value n = e.toFloat(b.create<arith::MaxSIOp>(e.loc, len, e.i64(1)));
+    return b.create<arith::DivFOp>(e.loc, acc, n);
+  }
+
+  Value evalOuter(Value v) {
+    auto it = outerMemo.find(v);
+    if (it != outerMemo.end())
+      return it->second;
+    Value r = computeOuter(v);
+    outerMemo[v] = r;
+    return r;
+  }
+
+  Value computeOuter(Value v) {
+    Operation *op = v.getDefiningOp();
+    if (!inKernel(v)) {
+      Domain d = domainOf(v);
+      if (d == Domain::Scalar)
+        return e.scalar(v);
+      assert(d == Domain::Seq || d == Domain::Group);
+      return e.loadBuffer(v, d == Domain::Group ? group : unit);
+    }
+    if (isa<LengthOp>(op))
+      return e.toFloat(len);
+    if (isa<ReduceOp>(op))
+      llvm_unreachable("reduction read before its loop was emitted");
+    SmallVector<Value> x;
+    for (Value o : op->getOperands())
+      x.push_back(evalOuter(o));
+    return e.elementwise(op, x);
+  }
+
+  Value evalTok(Value v, Value t) {
+    auto key = std::make_pair(v, t);
+    auto it = tokenMemo.find(key);
+    if (it != tokenMemo.end())
+      return it->second;
+    Value r = computeTok(v, t);
+    tokenMemo[key] = r;
+    return r;
+  }
+
+  Value computeTok(Value v, Value t) {
+    Domain d = domainOf(v);
+    if (d != Domain::Token)
+      return evalOuter(v);
+    if (!inKernel(v))
+      return e.loadBuffer(v, t);
+    Operation *op = v.getDefiningOp();
+    if (isa<ScanOp>(op))
+      return e.loadBuffer(v, t);
+    if (isa<PositionOp>(op))
+      return e.toFloat(b.create<arith::SubIOp>(e.loc, t, start));
+    if (auto s = dyn_cast<ShiftOp>(op)) {
+      Value t2 = b.create<arith::AddIOp>(e.loc, t, e.i64(s.getOffset()));
+      Value in = s.getOffset() > 0
+                     ? b.create<arith::CmpIOp>(e.loc, arith::CmpIPredicate::slt,
+                                               t2, end)
+                     : b.create<arith::CmpIOp>(e.loc, arith::CmpIPredicate::sge,
+                                               t2, start);
+      Value tc = b.create<arith::SelectOp>(e.loc, in, t2, t);
+      Value a = evalTok(s.getOperand(), tc);
+      Value f = evalTok(s.getFill(), t);
+      return b.create<arith::SelectOp>(e.loc, in, a, f);
+    }
+    if (auto bc = dyn_cast<BroadcastOp>(op))
+      return domainOf(bc.getOperand()) == Domain::Token
+                 ? evalTok(bc.getOperand(), t)
+                 : evalOuter(bc.getOperand());
+    SmallVector<Value> x;
+    for (Value o : op->getOperands())
+      x.push_back(evalTok(o, t));
+    return e.elementwise(op, x);
+  }
+
+  Emitter &e;
+  OpBuilder &b;
+  KernelOp kernel;
+  const Abi &abi;
+  ArrayRef<std::pair<Value, unsigned>> tokenStores, seqStores;
+  std::vector<Loop> loops;
+  DenseMap<Operation *, size_t> loopOf;
+  DenseSet<std::pair<Value, unsigned>> placedStores;
+  Value unit, start, end, len, group, curT;
+  DenseMap<Value, Value> outerMemo;
+  DenseMap<std::pair<Value, Value>, Value> tokenMemo;
+};
+
+//===----------------------------------------------------------------------===//
+// group kernels
+//===----------------------------------------------------------------------===//
+
+class GroupKernelEmitter {
+public:
+  GroupKernelEmitter(Emitter &e, KernelOp kernel, const Abi &abi,
+                     ArrayRef<std::pair<Value, unsigned>> stores)
+      : e(e), b(e.b), kernel(kernel), abi(abi), stores(stores) {}
+
+  void emit(Value unit) {
+    group = unit;
+    e.anchor = e.i64(0).getDefiningOp();
+    mstart = e.loadI32AsI64(kGroupOffsets, unit);
+    Value next = b.create<arith::AddIOp>(e.loc, unit, e.i64(1));
+    mend = e.loadI32AsI64(kGroupOffsets, next);
+    n = b.create<arith::SubIOp>(e.loc, mend, mstart);
+    nf = e.toFloat(n);
+
+    SmallVector<ReduceOp> reds;
+    for (Operation &op : kernel.getBody().front())
+      if (auto r = dyn_cast<ReduceOp>(op))
+        reds.push_back(r);
+    // Pass 1: sums, minima, maxima, first and last members.
+    SmallVector<ReduceOp> pass1(reds), pass2;
+    for (ReduceOp r : reds)
+      if (isSecondPass(r.getKind()))
+        pass2.push_back(r);
+    SmallVector<Value> acc1 = memberLoop(pass1, /*secondPass=*/false);
+    for (auto [r, a] : llvm::zip(pass1, acc1))
+      means[r] = finishFirst(r, a);
+    if (!pass2.empty()) {
+      SmallVector<Value> acc2 = memberLoop(pass2, /*secondPass=*/true);
+      for (auto [r, a] : llvm::zip(pass2, acc2))
+        memo[r.getResult()] = finishSecond(r, a);
+    }
+    for (ReduceOp r : pass1)
+      if (!isSecondPass(r.getKind()))
+        memo[r.getResult()] = means[r];
+    for (auto [v, buf] : stores)
+      e.storeBuffer(buf, eval(v), group);
+  }
+
+private:
+  static bool isSecondPass(ReduceKind k) {
+    return k == ReduceKind::Var || k == ReduceKind::Std ||
+           k == ReduceKind::VarUnbiased || k == ReduceKind::StdUnbiased;
+  }
+
+  SmallVector<Value> memberLoop(ArrayRef<ReduceOp> reds, bool secondPass) {
+    SmallVector<Value> inits;
+    for (ReduceOp r : reds) {
+      if (!secondPass && r.getKind() == ReduceKind::Min)
+        inits.push_back(e.fconst(std::numeric_limits<double>::infinity()));
+      else if (!secondPass && r.getKind() == ReduceKind::Max)
+        inits.push_back(e.fconst(-std::numeric_limits<double>::infinity()));
+      else
+        inits.push_back(e.fconst(0.0));
+    }
+    auto forOp = b.create<scf::ForOp>(e.loc, e.i64(0), n, e.i64(1), inits);
+    eraseImplicitYield(forOp);
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(forOp.getBody());
+    Value j = forOp.getInductionVar();
+    Value member =
+        e.loadI32AsI64(kGroupMembers, b.create<arith::AddIOp>(e.loc, mstart, j));
+    SmallVector<Value> yields;
+    for (auto [k, rc] : llvm::enumerate(reds)) {
+      ReduceOp r = rc;
+      Value acc = forOp.getRegionIterArgs()[k];
+      Value x = seqAt(r.getOperand(), member);
+      Value next;
+      if (secondPass) {
+        Value d = b.create<arith::SubFOp>(e.loc, x, means[r]);
+        next = b.create<arith::AddFOp>(e.loc, acc,
+                                       b.create<arith::MulFOp>(e.loc, d, d));
+      } else {
+        switch (r.getKind()) {
+        case ReduceKind::Min:
+          next = b.create<arith::MinimumFOp>(e.loc, acc, x);
+          break;
+        case ReduceKind::Max:
+          next = b.create<arith::MaximumFOp>(e.loc, acc, x);
+          break;
+        case ReduceKind::Count:
+          next = b.create<arith::AddFOp>(e.loc, acc, e.fconst(1.0));
+          break;
+        case ReduceKind::First: {
+          Value c = b.create<arith::CmpIOp>(e.loc, arith::CmpIPredicate::eq, j,
+                                            e.i64(0));
+          next = b.create<arith::SelectOp>(e.loc, c, x, acc);
+          break;
+        }
+        case ReduceKind::Last: {
+          Value c = b.create<arith::CmpIOp>(
+              e.loc, arith::CmpIPredicate::eq, j,
+              b.create<arith::SubIOp>(e.loc, n, e.i64(1)));
+          next = b.create<arith::SelectOp>(e.loc, c, x, acc);
+          break;
+        }
+        default: // Sum, Mean and the first pass of Var/Std: a sum.
+          next = b.create<arith::AddFOp>(e.loc, acc, x);
+          break;
+        }
+      }
+      yields.push_back(next);
+    }
+    b.create<scf::YieldOp>(e.loc, yields);
+    return SmallVector<Value>(forOp.getResults());
+  }
+
+  /// After pass 1: the reduction's value, or for Var/Std the group mean.
+  Value finishFirst(ReduceOp r, Value acc) {
+    switch (r.getKind()) {
+    case ReduceKind::Mean:
+    case ReduceKind::Var:
+    case ReduceKind::Std:
+    case ReduceKind::VarUnbiased:
+    case ReduceKind::StdUnbiased: {
+      Value denom = e.toFloat(b.create<arith::MaxSIOp>(e.loc, n, e.i64(1)));
+      return b.create<arith::DivFOp>(e.loc, acc, denom);
+    }
+    default:
+      return acc;
+    }
+  }
+
+  Value finishSecond(ReduceOp r, Value ss) {
+    bool unbiased = r.getKind() == ReduceKind::VarUnbiased ||
+                    r.getKind() == ReduceKind::StdUnbiased;
+    Value cnt = unbiased ? b.create<arith::SubIOp>(e.loc, n, e.i64(1)) : n;
+    Value denom = e.toFloat(b.create<arith::MaxSIOp>(e.loc, cnt, e.i64(1)));
+    Value var = b.create<arith::DivFOp>(e.loc, ss, denom);
+    if (r.getKind() == ReduceKind::Std ||
+        r.getKind() == ReduceKind::StdUnbiased)
+      return b.create<math::SqrtOp>(e.loc, var);
+    return var;
+  }
+
+  /// A seq value at member sequence `seq` (defined before this kernel).
+  Value seqAt(Value v, Value seq) {
+    if (domainOf(v) == Domain::Scalar)
+      return e.scalar(v);
+    return e.loadBuffer(v, seq);
+  }
+
+  Value eval(Value v) {
+    auto it = memo.find(v);
+    if (it != memo.end())
+      return it->second;
+    Operation *op = v.getDefiningOp();
+    Value r;
+    if (op->getParentOp() != kernel.getOperation()) {
+      if (domainOf(v) == Domain::Scalar)
+        r = e.scalar(v);
+      else
+        r = e.loadBuffer(v, group);
+    } else {
+      SmallVector<Value> x;
+      for (Value o : op->getOperands())
+        x.push_back(eval(o));
+      r = e.elementwise(op, x);
+    }
+    memo[v] = r;
+    return r;
+  }
+
+  Emitter &e;
+  OpBuilder &b;
+  KernelOp kernel;
+  const Abi &abi;
+  ArrayRef<std::pair<Value, unsigned>> stores;
+  Value group, mstart, mend, n, nf;
+  llvm::DenseMap<ReduceOp, Value> means;
+  DenseMap<Value, Value> memo;
+};
+
+//===----------------------------------------------------------------------===//
+// The pass
+//===----------------------------------------------------------------------===//
+
+struct LowerKernelsPass
+    : public cac::impl::CacLowerKernelsBase<LowerKernelsPass> {
+  using Base::Base;
+
+  void runOnOperation() override {
+    ModuleOp module = getOperation();
+    if (target != "cpu" && target != "cuda") {
+      module.emitError("cac-lower-kernels: target must be cpu or cuda, not '")
+          << target << "'";
+      return signalPassFailure();
+    }
+    SmallVector<EstimatorOp> ests(module.getOps<EstimatorOp>());
+    if (ests.size() != 1) {
+      module.emitError("expected exactly one cac.estimator");
+      return signalPassFailure();
+    }
+    if (failed(lower(module, ests.front())))
+      return signalPassFailure();
+    ests.front().erase();
+  }
+
+  LogicalResult lower(ModuleOp module, EstimatorOp est) {
+    Abi abi;
+    for (unsigned i = 0; i < kNumFixed; ++i)
+      abi.args.push_back(
+          {kFixedNames[i], i < kSeqOffsets ? ArgKind::I64 : ArgKind::Ptr});
+    Type ft;
+    Block &body = est.getBodyBlock();
+
+    // Inputs, then outputs, then scratch.
+    for (auto in : body.getOps<InputOp>()) {
+      abi.storage[in.getResult()] =
+          abi.addBuffer(in.getName(), "input", domainOf(in.getResult()));
+      ft = elemOf(in.getResult());
+    }
+    // Each output op gets a buffer; the value it writes is stored there.
+    DenseMap<Operation *, unsigned> outputBuffer;
+    est.walk([&](OutputOp out) {
+      unsigned arg =
+          abi.addBuffer(out.getName(), "output", domainOf(out.getValue()));
+      outputBuffer[out] = arg;
+      if (!abi.storage.count(out.getValue()))
+        abi.storage[out.getValue()] = arg;
+      ft = elemOf(out.getValue());
+    });
+    // Kernel results read by later kernels, and scans, need storage.
+    unsigned scratch = 0;
+    auto newScratch = [&](Domain d) {
+      return abi.addBuffer("_t" + std::to_string(scratch++), "scratch", d);
+    };
+    for (auto kernel : body.getOps<KernelOp>()) {
+      auto yield = cast<YieldOp>(kernel.getBody().front().getTerminator());
+      for (auto [inner, outer] :
+           llvm::zip(yield.getValues(), kernel.getResults())) {
+        if (!abi.storage.count(inner))
+          abi.storage[inner] = newScratch(domainOf(inner));
+        abi.storage[outer] = abi.storage[inner];
+      }
+      kernel.walk([&](ScanOp s) {
+        if (!abi.storage.count(s.getResult()))
+          abi.storage[s.getResult()] = newScratch(Domain::Token);
+      });
+      if (kernel.getGrid() == Domain::Group)
+        abi.needsGroups = true;
+    }
+    for (auto &b : abi.buffers)
+      abi.args.push_back({b.name, ArgKind::Ptr});
+    for (auto p : body.getOps<ParamOp>()) {
+      abi.paramArg[p.getResult()] = abi.args.size();
+      abi.args.push_back({p.getName().str(), ArgKind::Param});
+      std::optional<double> def;
+      if (auto d = p.getDefaultValue())
+        def = d->convertToDouble();
+      abi.params.push_back({p.getName().str(), def});
+      ft = elemOf(p.getResult());
+    }
+    if (!ft)
+      ft = Float32Type::get(&getContext());
+    // Any broadcast from group, or group kernel, needs the group arrays.
+    est.walk([&](BroadcastOp bc) {
+      if (domainOf(bc.getOperand()) == Domain::Group)
+        abi.needsGroups = true;
+    });
+
+    OpBuilder b(&getContext());
+    b.setInsertionPointToEnd(module.getBody());
+    Location loc = est.getLoc();
+    gpu::GPUModuleOp gpuModule;
+    if (target == "cuda") {
+      module->setAttr(gpu::GPUDialect::getContainerModuleAttrName(),
+                      b.getUnitAttr());
+      gpuModule = b.create<gpu::GPUModuleOp>(loc, "cac_kernels");
+    }
+
+    llvm::json::Array kernelsJson;
+    for (auto kernel : body.getOps<KernelOp>()) {
+      std::string name = est.getSymName().str() + "_k" +
+                         std::to_string(kernel.getIndex());
+      // What this kernel stores.
+      SmallVector<std::pair<Value, unsigned>> tokenStores, outerStores;
+      auto addStore = [&](Value v, unsigned buf) {
+        (domainOf(v) == Domain::Token ? tokenStores : outerStores)
+            .push_back({v, buf});
+      };
+      for (Operation &op : kernel.getBody().front())
+        if (auto out = dyn_cast<OutputOp>(op))
+          addStore(out.getValue(), outputBuffer[out]);
+      auto yield = cast<YieldOp>(kernel.getBody().front().getTerminator());
+      for (Value v : yield.getValues()) {
+        unsigned buf = abi.storage.lookup(v);
+        bool already = llvm::any_of(tokenStores, [&](auto &p) {
+                         return p.first == v && p.second == buf;
+                       }) ||
+                       llvm::any_of(outerStores, [&](auto &p) {
+                         return p.first == v && p.second == buf;
+                       });
+        if (!already)
+          addStore(v, buf);
+      }
+
+      auto emitBody = [&](OpBuilder &ib, ArrayRef<Value> args, Value unit) {
+        Emitter em(ib, kernel.getLoc(), ft, args, abi);
+        if (kernel.getGrid() == Domain::Seq) {
+          SeqKernelEmitter(em, kernel, abi, tokenStores, outerStores)
+              .emit(unit);
+        } else {
+          GroupKernelEmitter(em, kernel, abi, outerStores).emit(unit);
+        }
+      };
+
+      if (target == "cpu")
+        emitCpuFunction(b, kernel.getLoc(), name, abi, ft, emitBody);
+      else
+        emitGpuFunction(gpuModule, kernel.getLoc(), name, abi, ft, emitBody);
+
+      llvm::json::Object k;
+      k["name"] = name;
+      k["grid"] = stringifyDomain(kernel.getGrid()).str();
+      k["block"] = blockSize.getValue();
+      kernelsJson.push_back(std::move(k));
+    }
+
+    module->setAttr("cac.manifest",
+                    b.getStringAttr(manifest(est, abi, ft, kernelsJson)));
+    return success();
+  }
+
+  using BodyFn =
+      llvm::function_ref<void(OpBuilder &, ArrayRef<Value>, Value unit)>;
+
+  Type argType(OpBuilder &b, const AbiArg &a, Type ft) {
+    switch (a.kind) {
+    case ArgKind::I64:
+      return b.getI64Type();
+    case ArgKind::Ptr:
+      return LLVM::LLVMPointerType::get(b.getContext());
+    case ArgKind::Param:
+      return ft;
+    }
+    return {};
+  }
+
+  void emitCpuFunction(OpBuilder &b, Location loc, StringRef name,
+                       const Abi &abi, Type ft, BodyFn body) {
+    auto ptrTy = LLVM::LLVMPointerType::get(b.getContext());
+    auto fn = b.create<func::FuncOp>(loc, name,
+                                     b.getFunctionType({ptrTy}, {}));
+    fn->setAttr("llvm.emit_c_interface", b.getUnitAttr());
+    Block *entry = fn.addEntryBlock();
+    OpBuilder ib = OpBuilder::atBlockBegin(entry);
+    Value argv = entry->getArgument(0);
+    SmallVector<Value> args;
+    for (auto [i, a] : llvm::enumerate(abi.args)) {
+      Value idx = ib.create<arith::ConstantOp>(loc, ib.getI64IntegerAttr(i));
+      Value slot =
+          ib.create<LLVM::GEPOp>(loc, ptrTy, ptrTy, argv, ValueRange{idx});
+      Value valuePtr = ib.create<LLVM::LoadOp>(loc, ptrTy, slot);
+      args.push_back(
+          ib.create<LLVM::LoadOp>(loc, argType(ib, a, ft), valuePtr));
+    }
+    Value one = ib.create<arith::ConstantOp>(loc, ib.getI64IntegerAttr(1));
+    auto loop = ib.create<scf::ForOp>(loc, args[kUnitBegin], args[kUnitEnd],
+                                      one);
+    {
+      OpBuilder lb = OpBuilder::atBlockBegin(loop.getBody());
+      lb.setInsertionPoint(loop.getBody()->getTerminator());
+      body(lb, args, loop.getInductionVar());
+    }
+    ib.create<func::ReturnOp>(loc);
+  }
+
+  void emitGpuFunction(gpu::GPUModuleOp mod, Location loc, StringRef name,
+                       const Abi &abi, Type ft, BodyFn body) {
+    OpBuilder b = OpBuilder::atBlockEnd(mod.getBody());
+    b.setInsertionPoint(mod.getBody()->getTerminator());
+    SmallVector<Type> types;
+    for (const AbiArg &a : abi.args)
+      types.push_back(argType(b, a, ft));
+    auto fn = b.create<gpu::GPUFuncOp>(loc, name, b.getFunctionType(types, {}));
+    fn->setAttr(gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
+    Block &entry = fn.getBody().front();
+    OpBuilder ib = OpBuilder::atBlockBegin(&entry);
+    SmallVector<Value> args(entry.getArguments().begin(),
+                            entry.getArguments().end());
+    Value tid = ib.create<gpu::ThreadIdOp>(loc, gpu::Dimension::x);
+    Value bid = ib.create<gpu::BlockIdOp>(loc, gpu::Dimension::x);
+    Value bdim = ib.create<gpu::BlockDimOp>(loc, gpu::Dimension::x);
+    Value lin = ib.create<arith::AddIOp>(
+        loc, ib.create<arith::MulIOp>(loc, bid, bdim), tid);
+    Value lin64 = ib.create<arith::IndexCastOp>(loc, ib.getI64Type(), lin);
+    Value unit = ib.create<arith::AddIOp>(loc, args[kUnitBegin], lin64);
+    Value inRange = ib.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt,
+                                             unit, args[kUnitEnd]);
+    auto ifOp = ib.create<scf::IfOp>(loc, inRange, /*withElse=*/false);
+    {
+      OpBuilder tb = ifOp.getThenBodyBuilder();
+      body(tb, args, unit);
+    }
+    ib.create<gpu::ReturnOp>(loc);
+  }
+
+  std::string manifest(EstimatorOp est, const Abi &abi, Type ft,
+                       llvm::json::Array &kernels) {
+    llvm::json::Object m;
+    m["format"] = "cac-bundle-1";
+    m["estimator"] = est.getSymName().str();
+    if (auto fl = dyn_cast<FileLineColLoc>(est.getLoc()))
+      m["source"] = fl.getFilename().str();
+    std::string dtype = ft.isF64() ? "f64" : "f32";
+    m["dtype"] = dtype;
+    llvm::json::Array needs;
+    if (abi.needsGroups)
+      needs.push_back("groups");
+    m["needs"] = std::move(needs);
+    llvm::json::Array bufs;
+    for (const Buffer &bf : abi.buffers)
+      bufs.push_back(llvm::json::Object{
+          {"name", bf.name},
+          {"role", bf.role},
+          {"domain", stringifyDomain(bf.domain).str()},
+          {"dtype", dtype}});
+    m["buffers"] = std::move(bufs);
+    llvm::json::Array params;
+    for (auto &[name, def] : abi.params) {
+      llvm::json::Object p{{"name", name}};
+      p["default"] = def ? llvm::json::Value(*def) : llvm::json::Value(nullptr);
+      params.push_back(std::move(p));
+    }
+    m["params"] = std::move(params);
+    llvm::json::Array args;
+    for (const AbiArg &a : abi.args) {
+      const char *kind = a.kind == ArgKind::I64   ? "i64"
+                         : a.kind == ArgKind::Ptr ? "ptr"
+                                                  : "param";
+      llvm::json::Object o{{"name", a.name}, {"kind", kind}};
+      if (a.kind == ArgKind::Param)
+        o["dtype"] = dtype;
+      args.push_back(std::move(o));
+    }
+    m["args"] = std::move(args);
+    m["kernels"] = std::move(kernels);
+    std::string s;
+    llvm::raw_string_ostream os(s);
+    os << llvm::formatv("{0:2}", llvm::json::Value(std::move(m)));
+    return os.str();
+  }
+};
+
+} // namespace

@@ -1,0 +1,153 @@
+//===- Partition.cpp - Group estimator operations into kernels ------------===//
+//
+// Phases alternate: even phases run per sequence (token, seg and seq values),
+// odd phases per group. An operation goes into the earliest phase of the
+// right parity that comes after the phases of its operands. Inputs,
+// parameters and constants stay outside the kernels.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cac/Dialect/Cac/Transforms/Passes.h"
+
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/MapVector.h"
+
+namespace cac::ir {
+#define GEN_PASS_DEF_CACPARTITION
+#include "cac/Dialect/Cac/Transforms/Passes.h.inc"
+} // namespace cac::ir
+
+using namespace mlir;
+using namespace cac::ir;
+
+namespace {
+
+bool isGroupLike(Domain d) { return d == Domain::Group; }
+
+/// Operations that stay outside kernels.
+/// Operations that stay outside kernels: inputs, and scalar computations
+/// (parameters, literals and arithmetic on them), which every kernel can
+/// recompute for free.
+bool isTopLevel(Operation *op) {
+  if (isa<InputOp>(op))
+    return true;
+  return op->getNumResults() == 1 &&
+         cast<FieldType>(op->getResult(0).getType()).getDomain() ==
+             Domain::Scalar;
+}
+
+Domain domainOf(Operation *op) {
+  if (auto out = dyn_cast<OutputOp>(op))
+    return cast<FieldType>(out.getValue().getType()).getDomain();
+  return cast<FieldType>(op->getResult(0).getType()).getDomain();
+}
+
+struct PartitionPass
+    : public cac::ir::impl::CacPartitionBase<PartitionPass> {
+  void runOnOperation() override {
+    EstimatorOp est = getOperation();
+    Block &body = est.getBodyBlock();
+    if (!body.getOps<KernelOp>().empty())
+      return; // Already partitioned.
+
+    llvm::DenseMap<Operation *, int64_t> phase;
+    int64_t maxPhase = -1;
+    for (Operation &op : body) {
+      if (isTopLevel(&op))
+        continue;
+      int64_t p = -1;
+      for (Value v : op.getOperands())
+        if (Operation *def = v.getDefiningOp(); def && phase.count(def))
+          p = std::max(p, phase[def]);
+      bool group = isGroupLike(domainOf(&op));
+      // Round up to the parity of the op's grid.
+      int64_t want;
+      if (group)
+        want = (p < 1) ? 1 : (p % 2 == 1 ? p : p + 1);
+      else
+        want = (p < 0) ? 0 : (p % 2 == 0 ? p : p + 1);
+      phase[&op] = want;
+      maxPhase = std::max(maxPhase, want);
+    }
+
+    // Cheap values made from top-level operands (broadcast parameters,
+    // positions, lengths) are recomputed in each kernel that reads them
+    // rather than stored in a buffer between kernels.
+    SmallVector<Operation *> cheap;
+    for (Operation &op : body) {
+      bool topOperands = llvm::all_of(op.getOperands(), [&](Value v) {
+        Operation *def = v.getDefiningOp();
+        return !def || !phase.count(def);
+      });
+      if (phase.count(&op) && topOperands &&
+          isa<BroadcastOp, PositionOp, LengthOp>(op))
+        cheap.push_back(&op);
+    }
+    for (Operation *op : cheap) {
+      for (OpOperand &use : llvm::make_early_inc_range(op->getUses())) {
+        Operation *user = use.getOwner();
+        int64_t up = phase.lookup(user);
+        if (up == phase[op] || up % 2 != phase[op] % 2)
+          continue;
+        OpBuilder cb(user);
+        Operation *copy = cb.clone(*op);
+        phase[copy] = up;
+        use.set(copy->getResult(0));
+      }
+      if (op->use_empty()) {
+        phase.erase(op);
+        op->erase();
+      }
+    }
+
+    // Inputs, parameters and constants first, then the kernels in order.
+    OpBuilder b(&getContext());
+    SmallVector<Operation *> topLevel, rest;
+    for (Operation &op : body)
+      (isTopLevel(&op) ? topLevel : rest).push_back(&op);
+    for (Operation *op : topLevel)
+      op->moveBefore(&body, body.end());
+
+    llvm::MapVector<int64_t, SmallVector<Operation *>> byPhase;
+    for (int64_t p = 0; p <= maxPhase; ++p)
+      byPhase[p];
+    for (Operation *op : rest)
+      byPhase[phase[op]].push_back(op);
+
+    for (auto &[p, ops] : byPhase) {
+      if (ops.empty())
+        continue;
+      // Values defined in this phase and used outside it are yielded.
+      SmallVector<Value> escaping;
+      llvm::SmallPtrSet<Operation *, 16> inPhase(ops.begin(), ops.end());
+      for (Operation *op : ops)
+        for (Value r : op->getResults())
+          for (Operation *user : r.getUsers())
+            if (!inPhase.contains(user)) {
+              escaping.push_back(r);
+              break;
+            }
+      b.setInsertionPointToEnd(&body);
+      Location loc = ops.front()->getLoc();
+      SmallVector<Type> types;
+      for (Value v : escaping)
+        types.push_back(v.getType());
+      auto kernel = b.create<KernelOp>(
+          loc, types, (p % 2 == 1) ? Domain::Group : Domain::Seq, p);
+      Block *kb = new Block();
+      kernel.getBody().push_back(kb);
+      for (Operation *op : ops)
+        op->moveBefore(kb, kb->end());
+      b.setInsertionPointToEnd(kb);
+      b.create<YieldOp>(loc, escaping);
+      for (auto [v, r] : llvm::zip(escaping, kernel.getResults()))
+        v.replaceUsesWithIf(r, [&](OpOperand &use) {
+          return use.getOwner()->getParentOp() != kernel.getOperation() &&
+                 !isa<YieldOp>(use.getOwner());
+        });
+    }
+  }
+};
+
+} // namespace

@@ -1,0 +1,295 @@
+//===- Batch.cpp - Rollout batches for `cac eval` -------------------------===//
+
+#include "cac/Eval/Batch.h"
+
+#include "llvm/Support/FormatVariadic.h"
+#include "llvm/Support/JSON.h"
+
+#include <algorithm>
+#include <cmath>
+#include <optional>
+
+using namespace cac;
+using llvm::json::Array;
+using llvm::json::Object;
+using llvm::json::Value;
+
+namespace {
+
+llvm::Error fail(llvm::StringRef file, const llvm::Twine &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                 (file + ": " + msg).str());
+}
+
+std::optional<double> number(const Value &v) {
+  if (auto d = v.getAsNumber())
+    if (std::isfinite(*d))
+      return d;
+  return std::nullopt;
+}
+
+template <typename T> Array toArray(const std::vector<T> &v) {
+  Array a;
+  for (const T &x : v)
+    a.push_back(x);
+  return a;
+}
+
+} // namespace
+
+llvm::Expected<Batch> cac::parseBatchJson(llvm::StringRef text,
+                                          llvm::StringRef file) {
+  auto parsed = llvm::json::parse(text);
+  if (!parsed)
+    return fail(file, "invalid JSON: " + llvm::toString(parsed.takeError()));
+  Object *root = parsed->getAsObject();
+  if (!root)
+    return fail(file, "the batch must be a JSON object with \"token\" and/or "
+                      "\"seq\" members");
+  for (auto &kv : *root) {
+    llvm::StringRef k = kv.first;
+    if (k != "params" && k != "token" && k != "seq" && k != "tree" &&
+        k != "seg")
+      return fail(file, "unknown member \"" + k +
+                            "\"; expected params, token, seq, seg or tree");
+  }
+  Batch b;
+  std::optional<std::vector<int64_t>> lengths;
+  std::string lengthsFrom;
+
+  if (Value *p = root->get("params")) {
+    Object *po = p->getAsObject();
+    if (!po)
+      return fail(file, "\"params\" must be an object of numbers");
+    for (auto &kv : *po) {
+      auto d = number(kv.second);
+      if (!d)
+        return fail(file, "params." + kv.first.str() +
+                              " must be a finite number");
+      b.params[kv.first.str()] = *d;
+    }
+  }
+
+  if (Value *t = root->get("token")) {
+    Object *to = t->getAsObject();
+    if (!to)
+      return fail(file, "\"token\" must be an object of ragged arrays");
+    // Deterministic order: sort names.
+    std::vector<std::string> names;
+    for (auto &kv : *to)
+      names.push_back(kv.first.str());
+    std::sort(names.begin(), names.end());
+    for (const std::string &name : names) {
+      Array *rows = to->get(name)->getAsArray();
+      if (!rows)
+        return fail(file, "token." + name +
+                              " must be an array of rows (one per sequence)");
+      std::vector<int64_t> lens;
+      std::vector<double> flat;
+      for (size_t r = 0; r < rows->size(); ++r) {
+        Array *row = (*rows)[r].getAsArray();
+        if (!row)
+          return fail(file, llvm::formatv("token.{0}[{1}] must be an array "
+                                          "of numbers",
+                                          name, r)
+                                .str());
+        for (size_t i = 0; i < row->size(); ++i) {
+          auto d = number((*row)[i]);
+          if (!d)
+            return fail(file, llvm::formatv("token.{0}[{1}][{2}] must be a "
+                                            "finite number",
+                                            name, r, i)
+                                  .str());
+          flat.push_back(*d);
+        }
+        lens.push_back(int64_t(row->size()));
+      }
+      if (lengths && *lengths != lens) {
+        for (size_t r = 0; r < std::min(lens.size(), lengths->size()); ++r)
+          if (lens[r] != (*lengths)[r])
+            return fail(file, llvm::formatv(
+                                  "token.{0}[{1}] has {2} tokens but "
+                                  "token.{3}[{1}] has {4}",
+                                  name, r, lens[r], lengthsFrom, (*lengths)[r])
+                                  .str());
+        return fail(file, llvm::formatv("token.{0} has {1} sequences but "
+                                        "token.{2} has {3}",
+                                        name, lens.size(), lengthsFrom,
+                                        lengths->size())
+                              .str());
+      }
+      if (!lengths) {
+        lengths = lens;
+        lengthsFrom = name;
+      }
+      b.token[name] = std::move(flat);
+    }
+  }
+
+  std::optional<size_t> numSeqs;
+  std::string seqFrom;
+  std::vector<int64_t> groupIds;
+  if (Value *s = root->get("seq")) {
+    Object *so = s->getAsObject();
+    if (!so)
+      return fail(file, "\"seq\" must be an object of arrays");
+    for (auto &kv : *so) {
+      std::string name = kv.first.str();
+      Array *arr = kv.second.getAsArray();
+      if (!arr)
+        return fail(file, "seq." + name + " must be an array (one value per "
+                                          "sequence)");
+      if (numSeqs && *numSeqs != arr->size())
+        return fail(file, llvm::formatv("seq.{0} has {1} values but seq.{2} "
+                                        "has {3}",
+                                        name, arr->size(), seqFrom, *numSeqs)
+                              .str());
+      numSeqs = arr->size();
+      seqFrom = name;
+      std::vector<double> vals;
+      for (size_t i = 0; i < arr->size(); ++i) {
+        if (name == "group") {
+          auto g = (*arr)[i].getAsInteger();
+          if (!g)
+            return fail(file, llvm::formatv("seq.group[{0}] must be an "
+                                            "integer prompt id",
+                                            i)
+                                  .str());
+          groupIds.push_back(*g);
+          continue;
+        }
+        auto d = number((*arr)[i]);
+        if (!d)
+          return fail(file, llvm::formatv("seq.{0}[{1}] must be a finite "
+                                          "number",
+                                          name, i)
+                                .str());
+        vals.push_back(*d);
+      }
+      if (name != "group")
+        b.seq[name] = std::move(vals);
+    }
+  }
+  if (root->get("tree"))
+    return fail(file, "\"tree\" batches are not supported yet");
+  if (root->get("seg"))
+    return fail(file, "\"seg\" inputs are not supported yet");
+
+  if (lengths && numSeqs && lengths->size() != *numSeqs)
+    return fail(file, llvm::formatv("token.{0} has {1} sequences but seq.{2} "
+                                    "has {3} values",
+                                    lengthsFrom, lengths->size(), seqFrom,
+                                    *numSeqs)
+                          .str());
+  if (!lengths && !numSeqs)
+    return fail(file, "the batch has no sequences: give \"token\" rows or "
+                      "\"seq\" arrays");
+  if (!lengths)
+    return fail(file, "the batch has no \"token\" arrays, so the sequence "
+                      "lengths are unknown; add a token input (e.g. logp)");
+  b.numSeqs = int64_t(lengths->size());
+  if (b.numSeqs == 0)
+    return fail(file, "the batch has no sequences");
+  b.seqOffsets.push_back(0);
+  for (int64_t r = 0; r < b.numSeqs; ++r) {
+    if ((*lengths)[r] == 0)
+      return fail(file, llvm::formatv("sequence {0} has no tokens; every "
+                                      "sequence needs at least one",
+                                      r)
+                            .str());
+    if (b.seqOffsets.back() + (*lengths)[r] > INT32_MAX)
+      return fail(file, "the batch has more than 2^31 tokens");
+    b.seqOffsets.push_back(b.seqOffsets.back() + int32_t((*lengths)[r]));
+  }
+  b.numTokens = b.seqOffsets.back();
+
+  // Groups: dense ids by ascending original id; members ascending.
+  if (groupIds.empty())
+    groupIds.assign(size_t(b.numSeqs), 0);
+  std::vector<int64_t> distinct(groupIds);
+  std::sort(distinct.begin(), distinct.end());
+  distinct.erase(std::unique(distinct.begin(), distinct.end()),
+                 distinct.end());
+  b.groupIds = distinct;
+  b.seqGroup.resize(size_t(b.numSeqs));
+  std::vector<int32_t> counts(distinct.size(), 0);
+  for (int64_t s = 0; s < b.numSeqs; ++s) {
+    int32_t g = int32_t(std::lower_bound(distinct.begin(), distinct.end(),
+                                         groupIds[s]) -
+                        distinct.begin());
+    b.seqGroup[s] = g;
+    ++counts[g];
+  }
+  b.groupOffsets.assign(distinct.size() + 1, 0);
+  for (size_t g = 0; g < distinct.size(); ++g)
+    b.groupOffsets[g + 1] = b.groupOffsets[g] + counts[g];
+  b.groupMembers.resize(size_t(b.numSeqs));
+  std::vector<int32_t> fill(b.groupOffsets.begin(), b.groupOffsets.end() - 1);
+  for (int64_t s = 0; s < b.numSeqs; ++s)
+    b.groupMembers[fill[b.seqGroup[s]]++] = int32_t(s);
+  return b;
+}
+
+std::string cac::formatOutputsJson(const Batch &b,
+                                   const std::vector<OutputArray> &outputs) {
+  Object token, seq, group;
+  for (const OutputArray &o : outputs) {
+    if (o.domain == "token") {
+      Array rows;
+      for (int64_t s = 0; s < b.numSeqs; ++s) {
+        Array row;
+        for (int32_t t = b.seqOffsets[s]; t < b.seqOffsets[s + 1]; ++t)
+          row.push_back(o.values[t]);
+        rows.push_back(std::move(row));
+      }
+      token[o.name] = std::move(rows);
+    } else if (o.domain == "seq") {
+      seq[o.name] = toArray(o.values);
+    } else if (o.domain == "group") {
+      group[o.name] = toArray(o.values);
+    }
+  }
+  Object root;
+  root["token"] = std::move(token);
+  root["seq"] = std::move(seq);
+  root["group"] = std::move(group);
+  root["groups"] = toArray(b.groupIds);
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << llvm::formatv("{0:2}", Value(std::move(root))) << "\n";
+  return os.str();
+}
+
+llvm::Expected<std::vector<double>> cac::resolveParams(
+    const Batch &batch,
+    const std::vector<std::pair<std::string, std::optional<double>>>
+        &declared) {
+  std::vector<double> values;
+  for (auto &[name, def] : declared) {
+    auto it = batch.params.find(name);
+    if (it != batch.params.end())
+      values.push_back(it->second);
+    else if (def)
+      values.push_back(*def);
+    else
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "parameter '" + name +
+              "' has no default and no value: give it with --param " + name +
+              "=VALUE or in the batch's \"params\"");
+  }
+  for (auto &kv : batch.params) {
+    bool known = std::any_of(declared.begin(), declared.end(),
+                             [&](auto &d) { return d.first == kv.first; });
+    if (!known) {
+      std::string list;
+      for (auto &d : declared)
+        list += (list.empty() ? "" : ", ") + d.first;
+      return llvm::createStringError(
+          llvm::inconvertibleErrorCode(),
+          "unknown parameter '" + kv.first + "'; the estimator declares: " +
+              (list.empty() ? std::string("none") : list));
+    }
+  }
+  return values;
+}

@@ -1,0 +1,172 @@
+//===- Runner.cpp - Run compiled CPU kernels on a batch -------------------===//
+
+#include "cac/Eval/Runner.h"
+
+#include "llvm/Support/JSON.h"
+
+using namespace cac;
+
+static llvm::Error err(const llvm::Twine &msg) {
+  return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
+}
+
+llvm::Expected<ManifestInfo> cac::parseManifest(llvm::StringRef json) {
+  auto v = llvm::json::parse(json);
+  if (!v)
+    return err("manifest: " + llvm::toString(v.takeError()));
+  auto *o = v->getAsObject();
+  if (!o || o->getString("format") != "cac-bundle-1")
+    return err("manifest: not a cac-bundle-1 manifest");
+  ManifestInfo m;
+  m.estimator = o->getString("estimator").value_or("").str();
+  m.dtype = o->getString("dtype").value_or("f32").str();
+  if (m.dtype != "f32" && m.dtype != "f64")
+    return err("manifest: dtype must be f32 or f64");
+  if (auto *bufs = o->getArray("buffers"))
+    for (auto &b : *bufs) {
+      auto *bo = b.getAsObject();
+      if (!bo)
+        return err("manifest: buffers must be objects");
+      m.buffers.push_back({bo->getString("name").value_or("").str(),
+                           bo->getString("role").value_or("").str(),
+                           bo->getString("domain").value_or("").str()});
+    }
+  if (auto *ps = o->getArray("params"))
+    for (auto &p : *ps) {
+      auto *po = p.getAsObject();
+      if (!po)
+        return err("manifest: params must be objects");
+      std::optional<double> def;
+      if (auto d = po->getNumber("default"))
+        def = *d;
+      m.params.push_back({po->getString("name").value_or("").str(), def});
+    }
+  if (auto *ks = o->getArray("kernels"))
+    for (auto &k : *ks) {
+      auto *ko = k.getAsObject();
+      if (!ko)
+        return err("manifest: kernels must be objects");
+      m.kernels.push_back({ko->getString("name").value_or("").str(),
+                           ko->getString("grid").value_or("").str(),
+                           ko->getInteger("block").value_or(128)});
+    }
+  if (auto *as = o->getArray("args"))
+    for (auto &a : *as) {
+      auto *ao = a.getAsObject();
+      if (!ao)
+        return err("manifest: args must be objects");
+      m.args.push_back({ao->getString("name").value_or("").str(),
+                        ao->getString("kind").value_or("").str()});
+    }
+  return m;
+}
+
+namespace {
+
+template <typename T>
+llvm::Expected<std::vector<OutputArray>>
+runTyped(const ManifestInfo &m,
+         llvm::function_ref<void (*(llvm::StringRef))(void **)> lookup,
+         const Batch &batch) {
+  auto params = resolveParams(batch, m.params);
+  if (!params)
+    return params.takeError();
+  int64_t B = batch.numSeqs, N = batch.numTokens, G = batch.numGroups();
+  auto sizeOf = [&](const std::string &domain) -> int64_t {
+    if (domain == "token" || domain == "seg")
+      return N;
+    if (domain == "seq")
+      return B;
+    if (domain == "group")
+      return G;
+    return 0;
+  };
+  std::vector<std::vector<T>> storage(m.buffers.size());
+  for (size_t i = 0; i < m.buffers.size(); ++i) {
+    const auto &bf = m.buffers[i];
+    storage[i].assign(size_t(std::max<int64_t>(sizeOf(bf.domain), 1)), T(0));
+    if (bf.role != "input")
+      continue;
+    const auto &src = bf.domain == "token" ? batch.token : batch.seq;
+    auto it = src.find(bf.name);
+    if (it == src.end())
+      return err("the batch has no " + bf.domain + " input '" + bf.name +
+                 "' (\"" + bf.domain + "\": {\"" + bf.name + "\": ...})");
+    for (size_t k = 0; k < it->second.size(); ++k)
+      storage[i][k] = T(it->second[k]);
+  }
+  std::vector<T> paramValues(params->begin(), params->end());
+
+  // Argument values, then the void* array pointing at them.
+  int64_t unitBegin = 0, unitEnd = 0, nNodes = 0;
+  const int32_t *seqOffsets = batch.seqOffsets.data();
+  const int32_t *seqGroup = batch.seqGroup.data();
+  const int32_t *groupOffsets = batch.groupOffsets.data();
+  const int32_t *groupMembers = batch.groupMembers.data();
+  const void *null = nullptr;
+  std::vector<void *> ptrs(m.buffers.size());
+  for (size_t i = 0; i < m.buffers.size(); ++i)
+    ptrs[i] = storage[i].data();
+  std::vector<void *> argv;
+  size_t nextBuffer = 0, nextParam = 0;
+  for (auto &[name, kind] : m.args) {
+    if (name == "unit_begin")
+      argv.push_back(&unitBegin);
+    else if (name == "unit_end")
+      argv.push_back(&unitEnd);
+    else if (name == "num_seqs")
+      argv.push_back(&B);
+    else if (name == "num_groups")
+      argv.push_back(&G);
+    else if (name == "num_tokens")
+      argv.push_back(&N);
+    else if (name == "num_nodes")
+      argv.push_back(&nNodes);
+    else if (name == "seq_offsets")
+      argv.push_back(&seqOffsets);
+    else if (name == "seq_group")
+      argv.push_back(&seqGroup);
+    else if (name == "group_offsets")
+      argv.push_back(&groupOffsets);
+    else if (name == "group_members")
+      argv.push_back(&groupMembers);
+    else if (name == "node_parent" || name == "token_node")
+      argv.push_back(const_cast<const void **>(&null));
+    else if (kind == "ptr" && nextBuffer < ptrs.size())
+      argv.push_back(&ptrs[nextBuffer++]);
+    else if (kind == "param" && nextParam < paramValues.size())
+      argv.push_back(&paramValues[nextParam++]);
+    else
+      return err("manifest: unexpected argument '" + name + "'");
+  }
+  for (const auto &k : m.kernels) {
+    auto fn = lookup(k.name);
+    if (!fn)
+      return err("kernel '" + k.name + "' not found in the compiled code");
+    unitBegin = 0;
+    unitEnd = k.grid == "group" ? G : B;
+    fn(argv.data());
+  }
+  std::vector<OutputArray> out;
+  for (size_t i = 0; i < m.buffers.size(); ++i) {
+    const auto &bf = m.buffers[i];
+    if (bf.role != "output")
+      continue;
+    OutputArray o{bf.name, bf.domain, {}};
+    o.values.assign(storage[i].begin(),
+                    storage[i].begin() + sizeOf(bf.domain));
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+} // namespace
+
+llvm::Expected<std::vector<OutputArray>> cac::runCpuKernels(
+    const ManifestInfo &m,
+    llvm::function_ref<void (*(llvm::StringRef))(void **)> lookup,
+    const Batch &batch) {
+  if (m.dtype == "f64")
+    return runTyped<double>(m, lookup, batch);
+  return runTyped<float>(m, lookup, batch);
+}

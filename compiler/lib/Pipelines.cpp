@@ -1,0 +1,85 @@
+//===- Pipelines.cpp - The pass pipelines of cac --------------------------===//
+
+#include "cac/Pipelines.h"
+#include "cac/Conversion/Passes.h"
+#include "cac/Dialect/Cac/Transforms/Passes.h"
+
+#include "mlir/Conversion/Passes.h"
+#include "mlir/Dialect/GPU/Transforms/Passes.h"
+#include "mlir/Dialect/LLVMIR/Transforms/Passes.h"
+#include "mlir/Pass/PassRegistry.h"
+#include "mlir/Transforms/Passes.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/Process.h"
+
+using namespace mlir;
+
+void cac::buildCacOptimizationPipeline(OpPassManager &pm) {
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+  pm.addNestedPass<ir::EstimatorOp>(ir::createCacPartition());
+}
+
+void cac::buildCpuPipeline(OpPassManager &pm) {
+  buildCacOptimizationPipeline(pm);
+  pm.addPass(createCacLowerKernels(CacLowerKernelsOptions{"cpu", 128}));
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+  pm.addPass(createLoopInvariantCodeMotionPass());
+  pm.addPass(createConvertSCFToCFPass());
+  pm.addPass(createConvertToLLVMPass());
+  pm.addPass(createReconcileUnrealizedCastsPass());
+}
+
+void cac::buildCudaPipeline(OpPassManager &pm, const CudaOptions &options) {
+  buildCacOptimizationPipeline(pm);
+  pm.addPass(
+      createCacLowerKernels(CacLowerKernelsOptions{"cuda", options.blockSize}));
+  pm.addPass(createCanonicalizerPass());
+  pm.addPass(createCSEPass());
+  pm.addPass(createLoopInvariantCodeMotionPass());
+  GpuNVVMAttachTargetOptions attach;
+  attach.chip = options.chip;
+  attach.optLevel = 3;
+  std::string libdevice =
+      options.libdevice.empty() ? findLibdevice() : options.libdevice;
+  std::vector<std::string> libs;
+  if (!libdevice.empty())
+    libs.push_back(libdevice);
+  attach.linkLibs = libs;
+  pm.addPass(createGpuNVVMAttachTarget(attach));
+  OpPassManager &gpm = pm.nest<gpu::GPUModuleOp>();
+  gpm.addPass(createConvertSCFToCFPass());
+  ConvertGpuOpsToNVVMOpsOptions nvvm;
+  gpm.addPass(createConvertGpuOpsToNVVMOps(nvvm));
+  gpm.addPass(createCanonicalizerPass());
+  pm.addPass(createReconcileUnrealizedCastsPass());
+  GpuModuleToBinaryPassOptions bin;
+  bin.compilationTarget = "isa";
+  pm.addPass(createGpuModuleToBinaryPass(bin));
+}
+
+std::string cac::findLibdevice() {
+  std::vector<std::string> roots;
+  if (auto env = llvm::sys::Process::GetEnv("CUDA_HOME"))
+    roots.push_back(*env);
+  roots.push_back("/usr/local/cuda");
+  roots.push_back("/usr/lib/cuda");
+  for (const std::string &r : roots) {
+    std::string p = r + "/nvvm/libdevice/libdevice.10.bc";
+    if (llvm::sys::fs::exists(p))
+      return p;
+  }
+  return "";
+}
+
+void cac::registerCacPasses() {
+  ir::registerCacTransformsPasses();
+  registerCacConversionPasses();
+  PassPipelineRegistration<>(
+      "cac-to-cpu", "Lower a cac estimator to LLVM dialect CPU kernels",
+      [](OpPassManager &pm) { buildCpuPipeline(pm); });
+  PassPipelineRegistration<>(
+      "cac-to-ptx", "Lower a cac estimator to PTX for sm_90",
+      [](OpPassManager &pm) { buildCudaPipeline(pm, CudaOptions{}); });
+}

@@ -1,0 +1,258 @@
+//===- cac.cpp - The cac command line -------------------------------------===//
+//
+//   cac compile FILE -o OUT.ptx [--arch sm_90] [--bundle DIR] [--f64]
+//   cac compile FILE --emit=ast|mlir|kernels|llvm|ptx [-o OUT]
+//   cac eval FILE --input batch.json [--param NAME=VALUE]... [--backend cpu|eager]
+//
+//===----------------------------------------------------------------------===//
+
+#include "cac/DSL/AST.h"
+#include "cac/Driver/Driver.h"
+#include "cac/Eval/Batch.h"
+#include "cac/Eval/Runner.h"
+#include "cac/Pipelines.h"
+#include "cac/Target/Target.h"
+#ifdef CAC_HAVE_EAGER
+#include "cac/Eager/Eager.h"
+#endif
+
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/FileUtilities.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/ToolOutputFile.h"
+#include "llvm/Support/WithColor.h"
+
+using namespace mlir;
+namespace cl = llvm::cl;
+
+static cl::OptionCategory cat("cac options");
+static cl::opt<std::string> command(cl::Positional, cl::Required,
+                                    cl::desc("<compile|eval>"), cl::cat(cat));
+static cl::opt<std::string> inputFile(cl::Positional, cl::Required,
+                                      cl::desc("<file.cac>"), cl::cat(cat));
+static cl::opt<std::string> outputFile("o", cl::desc("Output file"),
+                                       cl::value_desc("file"), cl::init("-"),
+                                       cl::cat(cat));
+static cl::opt<std::string> arch("arch", cl::desc("GPU architecture"),
+                                 cl::init("sm_90"), cl::cat(cat));
+static cl::opt<std::string> bundleDir(
+    "bundle", cl::desc("Also write a kernel bundle (manifest, PTX, host.so)"),
+    cl::value_desc("dir"), cl::cat(cat));
+static cl::opt<bool> useF64("f64", cl::desc("Compute in double precision"),
+                            cl::cat(cat));
+enum class Emit { None, Ast, Mlir, Kernels, Llvm, Ptx, Manifest };
+static cl::opt<Emit> emit(
+    "emit", cl::desc("What to print instead of compiling to PTX"),
+    cl::init(Emit::None),
+    cl::values(clEnumValN(Emit::Ast, "ast", "the analysed syntax tree"),
+               clEnumValN(Emit::Mlir, "mlir", "the cac dialect"),
+               clEnumValN(Emit::Kernels, "kernels",
+                          "the cac dialect partitioned into kernels"),
+               clEnumValN(Emit::Llvm, "llvm", "LLVM IR of the CPU kernels"),
+               clEnumValN(Emit::Ptx, "ptx", "PTX of the GPU kernels"),
+               clEnumValN(Emit::Manifest, "manifest", "the bundle manifest")),
+    cl::cat(cat));
+static cl::opt<std::string> inputBatch("input", cl::desc("Batch (JSON)"),
+                                       cl::value_desc("batch.json"),
+                                       cl::cat(cat));
+static cl::list<std::string> paramArgs("param",
+                                       cl::desc("Set a parameter NAME=VALUE"),
+                                       cl::value_desc("name=value"),
+                                       cl::cat(cat));
+static cl::opt<std::string> backend("backend",
+                                    cl::desc("eval backend: cpu or eager"),
+                                    cl::init("cpu"), cl::cat(cat));
+static cl::opt<std::string> dtype(
+    "dtype", cl::desc("eval precision: f64 (default) or f32"),
+    cl::init("f64"), cl::cat(cat));
+static cl::opt<bool> verifyDiagnostics(
+    "verify-diagnostics",
+    cl::desc("Check expected-error comments in the source (for tests)"),
+    cl::cat(cat));
+
+namespace {
+
+int fail(const llvm::Twine &msg) {
+  llvm::WithColor::error(llvm::errs(), "cac") << msg << "\n";
+  return 1;
+}
+
+bool writeOutput(llvm::StringRef text) {
+  std::string err;
+  auto out = openOutputFile(outputFile, &err);
+  if (!out) {
+    fail(err);
+    return false;
+  }
+  out->os() << text;
+  out->keep();
+  return true;
+}
+
+LogicalResult runPipeline(MLIRContext &ctx, ModuleOp module,
+                          llvm::function_ref<void(OpPassManager &)> build) {
+  PassManager pm(&ctx);
+  build(pm);
+  return pm.run(module);
+}
+
+int realMain() {
+  DialectRegistry registry;
+  cac::registerAllDialects(registry);
+  MLIRContext ctx(registry);
+  ctx.loadAllAvailableDialects();
+  ctx.allowUnregisteredDialects(false);
+
+  std::string err;
+  auto file = openInputFile(inputFile, &err);
+  if (!file)
+    return fail(err);
+  llvm::SourceMgr sourceMgr;
+  unsigned bufferId = sourceMgr.AddNewSourceBuffer(std::move(file), SMLoc());
+
+  if (verifyDiagnostics) {
+    SourceMgrDiagnosticVerifierHandler handler(sourceMgr, &ctx);
+    auto module = cac::compileToCac(sourceMgr, bufferId, ctx, useF64);
+    if (module) {
+      PassManager pm(&ctx);
+      cac::buildCacOptimizationPipeline(pm);
+      (void)pm.run(*module);
+    }
+    return failed(handler.verify()) ? 1 : 0;
+  }
+  SourceMgrDiagnosticHandler handler(sourceMgr, &ctx);
+
+  if (command == "compile") {
+    if (emit == Emit::Ast) {
+      auto est = cac::parseAndAnalyze(sourceMgr, bufferId, ctx);
+      if (!est)
+        return 1;
+      std::string s;
+      llvm::raw_string_ostream os(s);
+      cac::ast::dump(*est, os);
+      return writeOutput(os.str()) ? 0 : 1;
+    }
+    auto module = cac::compileToCac(sourceMgr, bufferId, ctx, useF64);
+    if (!module)
+      return 1;
+    auto print = [&](ModuleOp m) {
+      std::string s;
+      llvm::raw_string_ostream os(s);
+      OpPrintingFlags flags;
+      m.print(os, flags);
+      return writeOutput(os.str()) ? 0 : 1;
+    };
+    if (emit == Emit::Mlir)
+      return print(*module);
+    if (emit == Emit::Kernels) {
+      if (failed(runPipeline(ctx, *module, cac::buildCacOptimizationPipeline)))
+        return 1;
+      return print(*module);
+    }
+    if (emit == Emit::Llvm) {
+      if (failed(runPipeline(ctx, *module, cac::buildCpuPipeline)))
+        return 1;
+      auto ir = cac::emitLlvmIr(*module);
+      return succeeded(ir) && writeOutput(*ir) ? 0 : 1;
+    }
+    // PTX (the default) and manifests come from the CUDA pipeline.
+    OwningOpRef<ModuleOp> cpuModule;
+    if (!bundleDir.empty())
+      cpuModule = module->clone();
+    cac::CudaOptions opts;
+    opts.chip = arch;
+    if (failed(runPipeline(ctx, *module, [&](OpPassManager &pm) {
+          cac::buildCudaPipeline(pm, opts);
+        })))
+      return 1;
+    auto ptx = cac::extractPtx(*module);
+    auto manifest = cac::extractManifest(*module);
+    if (failed(ptx) || failed(manifest))
+      return 1;
+    if (!bundleDir.empty()) {
+      if (failed(runPipeline(ctx, *cpuModule, cac::buildCpuPipeline)))
+        return 1;
+      if (failed(cac::writeBundle(bundleDir, *manifest, *ptx, *cpuModule)))
+        return 1;
+    }
+    if (emit == Emit::Manifest)
+      return writeOutput(*manifest) ? 0 : 1;
+    if (bundleDir.empty() || outputFile != "-" || emit == Emit::Ptx)
+      return writeOutput(*ptx) ? 0 : 1;
+    return 0;
+  }
+
+  if (command == "eval") {
+    if (inputBatch.empty())
+      return fail("eval needs --input batch.json");
+    if (dtype != "f64" && dtype != "f32")
+      return fail("--dtype must be f64 or f32");
+    auto module = cac::compileToCac(sourceMgr, bufferId, ctx, dtype == "f64");
+    if (!module)
+      return 1;
+    auto batchFile = llvm::MemoryBuffer::getFileOrSTDIN(inputBatch);
+    if (!batchFile)
+      return fail("cannot read " + inputBatch + ": " +
+                  batchFile.getError().message());
+    auto batch = cac::parseBatchJson((*batchFile)->getBuffer(), inputBatch);
+    if (!batch)
+      return fail(llvm::toString(batch.takeError()));
+    for (const std::string &p : paramArgs) {
+      auto [name, value] = llvm::StringRef(p).split('=');
+      double v;
+      if (name.empty() || value.trim().getAsDouble(v))
+        return fail("--param expects NAME=NUMBER, got '" + p + "'");
+      batch->params[name.str()] = v;
+    }
+    std::vector<cac::OutputArray> outputs;
+    if (backend == "eager") {
+#ifdef CAC_HAVE_EAGER
+      auto r = cac::runEager(*module, *batch);
+      if (!r)
+        return fail(llvm::toString(r.takeError()));
+      outputs = std::move(*r);
+#else
+      return fail("this build of cac has no eager backend (LibTorch)");
+#endif
+    } else if (backend == "cpu") {
+      if (failed(runPipeline(ctx, *module, cac::buildCpuPipeline)))
+        return 1;
+      auto manifestText = cac::extractManifest(*module);
+      if (failed(manifestText))
+        return 1;
+      auto manifest = cac::parseManifest(*manifestText);
+      if (!manifest)
+        return fail(llvm::toString(manifest.takeError()));
+      auto jit = cac::JitKernels::create(*module);
+      if (failed(jit))
+        return 1;
+      auto r = cac::runCpuKernels(
+          *manifest, [&](llvm::StringRef n) { return (*jit)->lookup(n); },
+          *batch);
+      if (!r)
+        return fail(llvm::toString(r.takeError()));
+      outputs = std::move(*r);
+    } else {
+      return fail("--backend must be cpu or eager");
+    }
+    return writeOutput(cac::formatOutputsJson(*batch, outputs)) ? 0 : 1;
+  }
+  return fail("unknown command '" + command + "'; expected compile or eval");
+}
+
+int mainThunk(void *) { return realMain(); }
+
+} // namespace
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM y(argc, argv);
+  cl::HideUnrelatedOptions(cat);
+  cl::ParseCommandLineOptions(argc, argv,
+                              "cac: compile and run credit-assignment "
+                              "estimators\n");
+  return cac::runWithLargeStack(mainThunk, nullptr);
+}

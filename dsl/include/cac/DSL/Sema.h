@@ -1,0 +1,73 @@
+//===- Sema.h - Names, types and domains of a .cac estimator ----*- C++ -*-===//
+
+#ifndef CAC_DSL_SEMA_H
+#define CAC_DSL_SEMA_H
+
+#include "cac/DSL/AST.h"
+
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Support/LogicalResult.h"
+
+#include <optional>
+
+namespace cac {
+
+/// The built-in functions and values of the language.
+enum class Builtin {
+  // Elementwise, any domain.
+  Exp,
+  Log,
+  Sqrt,
+  Abs,
+  Sigmoid,
+  Min,
+  Max,
+  Pow,
+  Clip,
+  Select,
+  Float,
+  // Inside a sequence.
+  Next,
+  Prev,
+  Scan,
+  RScan,
+  CumSum,
+  RCumSum,
+  Pos,
+  IsFirst,
+  IsLast,
+  Length,
+  // token -> seq.
+  SeqSum,
+  SeqMean,
+  SeqMin,
+  SeqMax,
+  SeqFirst,
+  SeqLast,
+  // seq -> group.
+  GroupSum,
+  GroupMean,
+  GroupMin,
+  GroupMax,
+  GroupVar,
+  GroupStd,
+  GroupVarUnbiased,
+  GroupStdUnbiased,
+  GroupCount,
+  // seq -> seq through the group.
+  GroupLooMean,
+};
+
+/// Looks up a built-in by its name in the language.
+std::optional<Builtin> lookupBuiltin(llvm::StringRef name);
+
+/// True for the built-ins that read the grouping input.
+bool usesGroups(Builtin b);
+
+/// Resolves names, checks types and domains and annotates the AST in place.
+/// Reports every error through the context's diagnostic engine.
+mlir::LogicalResult analyze(ast::Estimator &est, mlir::MLIRContext &context);
+
+} // namespace cac
+
+#endif // CAC_DSL_SEMA_H

@@ -1,0 +1,543 @@
+//===- Sema.cpp - Names, types and domains of a .cac estimator ------------===//
+
+#include "cac/DSL/Sema.h"
+#include "cac/DSL/Parser.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
+
+using namespace cac;
+using namespace cac::ast;
+
+namespace {
+
+struct BuiltinInfo {
+  const char *name;
+  Builtin id;
+};
+
+constexpr BuiltinInfo kBuiltins[] = {
+    {"exp", Builtin::Exp},
+    {"log", Builtin::Log},
+    {"sqrt", Builtin::Sqrt},
+    {"abs", Builtin::Abs},
+    {"sigmoid", Builtin::Sigmoid},
+    {"min", Builtin::Min},
+    {"max", Builtin::Max},
+    {"pow", Builtin::Pow},
+    {"clip", Builtin::Clip},
+    {"select", Builtin::Select},
+    {"float", Builtin::Float},
+    {"next", Builtin::Next},
+    {"prev", Builtin::Prev},
+    {"scan", Builtin::Scan},
+    {"rscan", Builtin::RScan},
+    {"cumsum", Builtin::CumSum},
+    {"rcumsum", Builtin::RCumSum},
+    {"pos", Builtin::Pos},
+    {"is_first", Builtin::IsFirst},
+    {"is_last", Builtin::IsLast},
+    {"length", Builtin::Length},
+    {"seq_sum", Builtin::SeqSum},
+    {"seq_mean", Builtin::SeqMean},
+    {"seq_min", Builtin::SeqMin},
+    {"seq_max", Builtin::SeqMax},
+    {"seq_first", Builtin::SeqFirst},
+    {"seq_last", Builtin::SeqLast},
+    {"group_sum", Builtin::GroupSum},
+    {"group_mean", Builtin::GroupMean},
+    {"group_min", Builtin::GroupMin},
+    {"group_max", Builtin::GroupMax},
+    {"group_var", Builtin::GroupVar},
+    {"group_std", Builtin::GroupStd},
+    {"group_var_unbiased", Builtin::GroupVarUnbiased},
+    {"group_std_unbiased", Builtin::GroupStdUnbiased},
+    {"group_count", Builtin::GroupCount},
+    {"group_loo_mean", Builtin::GroupLooMean},
+};
+
+/// What a name in the body refers to.
+struct Symbol {
+  enum class Kind { Input, Param, Let, Output } kind;
+  Type type;
+  Location loc;
+};
+
+class Sema {
+public:
+  Sema(Estimator &est, mlir::MLIRContext &ctx) : est(est), ctx(ctx) {}
+
+  mlir::LogicalResult run() {
+    if (!est.imports.empty()) {
+      error(est.imports.front().loc)
+          << "imports are not supported yet: inline the estimator";
+      return mlir::failure();
+    }
+    bool ok = true;
+    bool anyOutput = false;
+    for (Stmt &s : est.stmts) {
+      if (!checkStmt(s))
+        ok = false;
+      anyOutput |= s.kind == Stmt::Kind::Output;
+    }
+    if (ok && !anyOutput) {
+      error(est.loc) << "estimator '" << est.name
+                     << "' declares no output; add `output NAME : DOMAIN = "
+                        "EXPR`";
+      ok = false;
+    }
+    return mlir::success(ok);
+  }
+
+private:
+  mlir::InFlightDiagnostic error(const Location &loc) {
+    return mlir::emitError(toLocation(ctx, loc));
+  }
+  void note(mlir::InFlightDiagnostic &d, const Location &loc,
+            llvm::StringRef msg) {
+    d.attachNote(toLocation(ctx, loc)) << msg;
+  }
+
+  static std::string describe(const Type &t) {
+    std::string s = domainName(t.domain).str();
+    if (t.elem == ElemKind::Bool)
+      s += " predicate";
+    return s;
+  }
+
+  bool declare(Stmt &s, Symbol::Kind kind) {
+    if (lookupBuiltin(s.name)) {
+      error(s.nameLoc) << "'" << s.name
+                       << "' is a built-in function and cannot be redefined";
+      return false;
+    }
+    auto it = symbols.find(s.name);
+    if (it != symbols.end()) {
+      auto d = error(s.nameLoc) << "'" << s.name << "' is already defined";
+      note(d, it->second.loc, "previous definition is here");
+      return false;
+    }
+    symbols[s.name] = Symbol{kind, s.type, s.nameLoc};
+    return true;
+  }
+
+  std::optional<Domain> declaredDomain(const Stmt &s) {
+    auto d = parseDomain(s.domainName);
+    if (!d) {
+      error(s.domainLoc) << "unknown domain '" << s.domainName
+                         << "'; expected one of token, seg, seq, group, node";
+      return std::nullopt;
+    }
+    return d;
+  }
+
+  bool checkStmt(Stmt &s) {
+    switch (s.kind) {
+    case Stmt::Kind::Input: {
+      auto d = declaredDomain(s);
+      if (!d)
+        return false;
+      if (*d == Domain::Seg || *d == Domain::Node) {
+        error(s.domainLoc) << "inputs of domain '" << s.domainName
+                           << "' are not supported yet";
+        return false;
+      }
+      if (s.name == "group") {
+        if (*d != Domain::Seq) {
+          error(s.domainLoc) << "the grouping input 'group' must have domain "
+                                "'seq' (one prompt id per sequence)";
+          return false;
+        }
+        hasGroupInput = true;
+      }
+      s.type = {*d, ElemKind::Float};
+      return declare(s, Symbol::Kind::Input);
+    }
+    case Stmt::Kind::Param:
+      s.type = {Domain::Scalar, ElemKind::Float};
+      return declare(s, Symbol::Kind::Param);
+    case Stmt::Kind::Let: {
+      if (!checkExpr(*s.value))
+        return false;
+      s.type = s.value->type;
+      if (!s.domainName.empty()) {
+        auto d = declaredDomain(s);
+        if (!d)
+          return false;
+        if (!broadcastsTo(s.type.domain, *d)) {
+          error(s.value->loc)
+              << "'" << s.name << "' is declared '" << s.domainName
+              << "' but its value has domain '" << domainName(s.type.domain)
+              << "'";
+          return false;
+        }
+        s.type.domain = *d;
+      }
+      return declare(s, Symbol::Kind::Let);
+    }
+    case Stmt::Kind::Output: {
+      auto d = declaredDomain(s);
+      if (!d)
+        return false;
+      if (!checkExpr(*s.value))
+        return false;
+      if (!broadcastsTo(s.value->type.domain, *d)) {
+        error(s.value->loc)
+            << "output '" << s.name << "' has domain '" << s.domainName
+            << "' but its value has domain '"
+            << domainName(s.value->type.domain)
+            << "'; reduce it first (e.g. seq_mean, group_mean)";
+        return false;
+      }
+      s.type = {*d, ElemKind::Float};
+      if (outputs.count(s.name)) {
+        error(s.nameLoc) << "output '" << s.name << "' is already defined";
+        return false;
+      }
+      outputs.insert(s.name);
+      // Outputs can be read by later statements like lets.
+      if (!symbols.count(s.name))
+        return declare(s, Symbol::Kind::Output);
+      return true;
+    }
+    }
+    return false;
+  }
+
+  bool requireFloat(Expr &e, llvm::StringRef what) {
+    if (e.type.elem == ElemKind::Float)
+      return true;
+    error(e.loc) << what << " expects a number, but this is a "
+                 << describe(e.type) << "; use float(...) to convert";
+    return false;
+  }
+  bool requireBool(Expr &e, llvm::StringRef what) {
+    if (e.type.elem == ElemKind::Bool)
+      return true;
+    error(e.loc) << what << " expects a predicate (a comparison), but this is "
+                 << "a " << describe(e.type);
+    return false;
+  }
+
+  std::optional<Domain> join(Expr &at, llvm::ArrayRef<Expr *> operands,
+                             llvm::StringRef what) {
+    Domain d = Domain::Scalar;
+    Expr *dExpr = nullptr;
+    for (Expr *o : operands) {
+      auto j = joinDomains(d, o->type.domain);
+      if (!j) {
+        auto diag = error(at.loc)
+                    << "domain mismatch in " << what << ": a '"
+                    << domainName(d) << "' value and a '"
+                    << domainName(o->type.domain)
+                    << "' value; reduce or broadcast one of them explicitly";
+        if (dExpr)
+          note(diag, dExpr->loc,
+               ("the '" + domainName(d) + "' value is here").str());
+        note(diag, o->loc,
+             ("the '" + domainName(o->type.domain) + "' value is here").str());
+        return std::nullopt;
+      }
+      if (*j != d)
+        dExpr = o;
+      d = *j;
+    }
+    return d;
+  }
+
+  bool checkExpr(Expr &e) {
+    switch (e.kind) {
+    case Expr::Kind::Number:
+      e.type = {Domain::Scalar, ElemKind::Float};
+      return true;
+    case Expr::Kind::Bool:
+      e.type = {Domain::Scalar, ElemKind::Bool};
+      return true;
+    case Expr::Kind::Name:
+      return checkName(e);
+    case Expr::Kind::Unary: {
+      if (!checkExpr(*e.args[0]))
+        return false;
+      if (e.op == Expr::Op::Neg ? !requireFloat(*e.args[0], "'-'")
+                                : !requireBool(*e.args[0], "'not'"))
+        return false;
+      e.type = e.args[0]->type;
+      return true;
+    }
+    case Expr::Kind::Binary:
+      return checkBinary(e);
+    case Expr::Kind::Call:
+      return checkCall(e);
+    }
+    return false;
+  }
+
+  bool checkName(Expr &e) {
+    if (!e.qualifier.empty()) {
+      error(e.loc) << "unknown module '" << e.qualifier << "'";
+      return false;
+    }
+    auto it = symbols.find(e.name);
+    if (it != symbols.end()) {
+      if (e.name == "group" && it->second.kind == Symbol::Kind::Input) {
+        error(e.loc) << "'group' is the grouping key, not a number; use "
+                        "group_mean(...) and the other group_* reductions";
+        return false;
+      }
+      e.type = it->second.type;
+      return true;
+    }
+    if (auto b = lookupBuiltin(e.name)) {
+      switch (*b) {
+      case Builtin::Pos:
+      case Builtin::IsFirst:
+      case Builtin::IsLast:
+      case Builtin::Length:
+      case Builtin::GroupCount:
+        // Zero-argument built-ins can be written without parentheses.
+        e.kind = Expr::Kind::Call;
+        return checkCall(e);
+      default:
+        error(e.loc) << "'" << e.name << "' is a function; call it with "
+                     << "arguments: " << e.name << "(...)";
+        return false;
+      }
+    }
+    error(e.loc) << "unknown name '" << e.name << "'";
+    return false;
+  }
+
+  bool checkBinary(Expr &e) {
+    if (!checkExpr(*e.args[0]) || !checkExpr(*e.args[1]))
+      return false;
+    const char *spelling = opSpelling(e.op);
+    std::string what = std::string("'") + spelling + "'";
+    bool logical = e.op == Expr::Op::And || e.op == Expr::Op::Or;
+    for (auto &a : e.args)
+      if (logical ? !requireBool(*a, what) : !requireFloat(*a, what))
+        return false;
+    auto d = join(e, {e.args[0].get(), e.args[1].get()}, what);
+    if (!d)
+      return false;
+    bool cmp = e.op >= Expr::Op::Lt && e.op <= Expr::Op::Ne;
+    e.type = {*d, (cmp || logical) ? ElemKind::Bool : ElemKind::Float};
+    return true;
+  }
+
+  bool arity(Expr &e, size_t lo, size_t hi) {
+    size_t n = e.args.size();
+    if (n >= lo && n <= hi)
+      return true;
+    auto d = error(e.loc) << "'" << e.name << "' takes ";
+    if (lo == hi)
+      d << lo;
+    else
+      d << lo << " to " << hi;
+    d << " argument" << (hi == 1 ? "" : "s") << ", but " << n
+      << (n == 1 ? " was" : " were") << " given";
+    return false;
+  }
+
+  bool checkCall(Expr &e) {
+    auto b = lookupBuiltin(e.name);
+    if (!b) {
+      if (symbols.count(e.name))
+        error(e.loc) << "'" << e.name << "' is a value, not a function";
+      else
+        error(e.loc) << "unknown function '" << e.name << "'";
+      return false;
+    }
+    for (size_t i = 0; i < e.argNames.size(); ++i)
+      if (!e.argNames[i].empty()) {
+        error(e.args[i]->loc) << "'" << e.name
+                              << "' takes no keyword arguments";
+        return false;
+      }
+    for (auto &a : e.args)
+      if (!checkExpr(*a))
+        return false;
+    std::string what = "'" + e.name + "'";
+    if (usesGroups(*b) && !hasGroupInput) {
+      error(e.loc) << what
+                   << " needs the grouping input; declare `input group : seq`";
+      return false;
+    }
+    auto floats = [&](size_t from = 0) {
+      for (size_t i = from; i < e.args.size(); ++i)
+        if (!requireFloat(*e.args[i], what))
+          return false;
+      return true;
+    };
+    auto allOperands = [&](size_t from = 0) {
+      std::vector<Expr *> ops;
+      for (size_t i = from; i < e.args.size(); ++i)
+        ops.push_back(e.args[i].get());
+      return ops;
+    };
+    switch (*b) {
+    case Builtin::Exp:
+    case Builtin::Log:
+    case Builtin::Sqrt:
+    case Builtin::Abs:
+    case Builtin::Sigmoid:
+      if (!arity(e, 1, 1) || !floats())
+        return false;
+      e.type = e.args[0]->type;
+      return true;
+    case Builtin::Min:
+    case Builtin::Max:
+    case Builtin::Pow:
+    case Builtin::Clip: {
+      size_t n = *b == Builtin::Clip ? 3 : 2;
+      if (!arity(e, n, n) || !floats())
+        return false;
+      auto d = join(e, allOperands(), what);
+      if (!d)
+        return false;
+      e.type = {*d, ElemKind::Float};
+      return true;
+    }
+    case Builtin::Select: {
+      if (!arity(e, 3, 3) || !requireBool(*e.args[0], what))
+        return false;
+      if (e.args[1]->type.elem != e.args[2]->type.elem) {
+        error(e.args[2]->loc)
+            << "both branches of 'select' must be numbers or both "
+               "predicates; this is a "
+            << describe(e.args[2]->type) << " and the other a "
+            << describe(e.args[1]->type);
+        return false;
+      }
+      auto d = join(e, allOperands(), what);
+      if (!d)
+        return false;
+      e.type = {*d, e.args[1]->type.elem};
+      return true;
+    }
+    case Builtin::Float:
+      if (!arity(e, 1, 1) || !requireBool(*e.args[0], what))
+        return false;
+      e.type = {e.args[0]->type.domain, ElemKind::Float};
+      return true;
+    case Builtin::Next:
+    case Builtin::Prev:
+    case Builtin::Scan:
+    case Builtin::RScan: {
+      bool shift = *b == Builtin::Next || *b == Builtin::Prev;
+      if (!arity(e, shift ? 1 : 2, 2) || !floats())
+        return false;
+      if (!requireSequenceDomain(*e.args[0], what))
+        return false;
+      if (e.args.size() == 2 &&
+          !broadcastsTo(e.args[1]->type.domain, e.args[0]->type.domain)) {
+        error(e.args[1]->loc)
+            << "the second argument of " << what << " has domain '"
+            << domainName(e.args[1]->type.domain)
+            << "', which does not broadcast to the first argument's '"
+            << domainName(e.args[0]->type.domain) << "'";
+        return false;
+      }
+      e.type = e.args[0]->type;
+      return true;
+    }
+    case Builtin::CumSum:
+    case Builtin::RCumSum:
+      if (!arity(e, 1, 1) || !floats() ||
+          !requireSequenceDomain(*e.args[0], what))
+        return false;
+      e.type = e.args[0]->type;
+      return true;
+    case Builtin::Pos:
+    case Builtin::IsFirst:
+    case Builtin::IsLast:
+      if (!arity(e, 0, 0))
+        return false;
+      e.type = {Domain::Token, *b == Builtin::Pos ? ElemKind::Float
+                                                  : ElemKind::Bool};
+      return true;
+    case Builtin::Length:
+      if (!arity(e, 0, 0))
+        return false;
+      e.type = {Domain::Seq, ElemKind::Float};
+      return true;
+    case Builtin::SeqSum:
+    case Builtin::SeqMean:
+    case Builtin::SeqMin:
+    case Builtin::SeqMax:
+    case Builtin::SeqFirst:
+    case Builtin::SeqLast:
+      if (!arity(e, 1, 1) || !floats())
+        return false;
+      if (e.args[0]->type.domain != Domain::Token) {
+        error(e.args[0]->loc)
+            << what << " reduces a 'token' value to 'seq', but this value "
+            << "has domain '" << domainName(e.args[0]->type.domain) << "'";
+        return false;
+      }
+      e.type = {Domain::Seq, ElemKind::Float};
+      return true;
+    case Builtin::GroupCount:
+      if (!arity(e, 0, 0))
+        return false;
+      e.type = {Domain::Group, ElemKind::Float};
+      return true;
+    case Builtin::GroupSum:
+    case Builtin::GroupMean:
+    case Builtin::GroupMin:
+    case Builtin::GroupMax:
+    case Builtin::GroupVar:
+    case Builtin::GroupStd:
+    case Builtin::GroupVarUnbiased:
+    case Builtin::GroupStdUnbiased:
+    case Builtin::GroupLooMean:
+      if (!arity(e, 1, 1) || !floats())
+        return false;
+      if (e.args[0]->type.domain != Domain::Seq) {
+        error(e.args[0]->loc)
+            << what << " reduces a 'seq' value over its group, but this "
+            << "value has domain '" << domainName(e.args[0]->type.domain)
+            << "'"
+            << (e.args[0]->type.domain == Domain::Token
+                    ? "; reduce it to 'seq' first (e.g. seq_mean)"
+                    : "");
+        return false;
+      }
+      e.type = {*b == Builtin::GroupLooMean ? Domain::Seq : Domain::Group,
+                ElemKind::Float};
+      return true;
+    }
+    return false;
+  }
+
+  bool requireSequenceDomain(Expr &e, llvm::StringRef what) {
+    if (e.type.domain == Domain::Token)
+      return true;
+    error(e.loc) << what << " runs along the tokens of a sequence, but this "
+                 << "value has domain '" << domainName(e.type.domain) << "'";
+    return false;
+  }
+
+  Estimator &est;
+  mlir::MLIRContext &ctx;
+  llvm::StringMap<Symbol> symbols;
+  llvm::StringSet<> outputs;
+  bool hasGroupInput = false;
+};
+
+} // namespace
+
+std::optional<Builtin> cac::lookupBuiltin(llvm::StringRef name) {
+  for (const BuiltinInfo &b : kBuiltins)
+    if (name == b.name)
+      return b.id;
+  return std::nullopt;
+}
+
+bool cac::usesGroups(Builtin b) {
+  return b >= Builtin::GroupSum && b <= Builtin::GroupLooMean;
+}
+
+mlir::LogicalResult cac::analyze(Estimator &est, mlir::MLIRContext &context) {
+  return Sema(est, context).run();
+}
