@@ -126,8 +126,13 @@ public:
     Value v = load(args[arg], idx, b.getI32Type());
     return b.create<arith::ExtSIOp>(loc, b.getI64Type(), v);
   }
+  /// Loads a stored value; predicates are stored as 1/0 numbers.
   Value loadBuffer(Value v, Value idx) {
-    return load(args[abi.storage.lookup(v)], idx, ft);
+    Value x = load(args[abi.storage.lookup(v)], idx, ft);
+    if (elemOf(v).isInteger(1))
+      return b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::UNE, x,
+                                     fconst(0.0));
+    return x;
   }
   void storeBuffer(unsigned arg, Value v, Value idx) {
     if (v.getType().isInteger(1))

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Installs what is needed, builds cac with its tests, and runs every test:
+# CTest (lit suites over the compiler, GoogleTest over the runtime) and the
+# comparison of `cac eval` against the independent Python reference on
+# random batches.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh
+scripts/build.sh
+BUILD=${CAC_BUILD_DIR:-build}
+status=0
+(cd "$BUILD" && ctest --output-on-failure -j"$(nproc)") || status=1
+if [ -f test/reference/check_eval.py ]; then
+  for method in gae grpo; do
+    for backend in cpu eager; do
+      python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$method" \
+        --backend "$backend" --seeds 1-10 --max-len 512 --stdlib stdlib || status=1
+    done
+  done
+fi
+exit $status
