@@ -2,13 +2,11 @@
 
 #include "test-bundles.h"
 
-#include <atomic>
-#include <filesystem>
+#include <cstdlib>
 #include <fstream>
 #include <stdexcept>
 #include <unistd.h>
 
-namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace cac::rt::test {
@@ -94,27 +92,43 @@ json unitsManifest() {
 std::string hostSoPath() { return CAC_TEST_HOST_SO; }
 std::string ptxPath() { return CAC_TEST_PTX; }
 
+namespace {
+
+void copyFile(const std::string &from, const std::string &to) {
+  std::ifstream in(from, std::ios::binary);
+  std::ofstream out(to, std::ios::binary);
+  if (!in || !out)
+    throw std::runtime_error("cannot copy " + from + " to " + to);
+  out << in.rdbuf();
+}
+
+} // namespace
+
+// POSIX calls rather than std::filesystem: pip builds of LibTorch export
+// std::filesystem symbols of their own, which crash when interposed.
 TempBundle::TempBundle(const std::string &manifestText, bool host, bool ptx) {
-  static std::atomic<int> counter{0};
-  fs::path dir = fs::temp_directory_path() /
-                 ("cac-kernels-test-" + std::to_string(::getpid()) + "-" +
-                  std::to_string(counter++));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  dir_ = dir.string();
-  std::ofstream(dir / "manifest.json") << manifestText;
+  const char *tmp = std::getenv("TMPDIR");
+  std::string pattern =
+      std::string(tmp && *tmp ? tmp : "/tmp") + "/cac-kernels-test-XXXXXX";
+  std::vector<char> buf(pattern.begin(), pattern.end());
+  buf.push_back('\0');
+  if (!::mkdtemp(buf.data()))
+    throw std::runtime_error("mkdtemp failed for " + pattern);
+  dir_ = buf.data();
+  std::ofstream(dir_ + "/manifest.json") << manifestText;
   if (host)
-    fs::copy_file(hostSoPath(), dir / "host.so");
+    copyFile(hostSoPath(), dir_ + "/host.so");
   if (ptx) {
     if (ptxPath().empty())
       throw std::runtime_error("no test PTX (nvcc was not found)");
-    fs::copy_file(ptxPath(), dir / "kernels.ptx");
+    copyFile(ptxPath(), dir_ + "/kernels.ptx");
   }
 }
 
 TempBundle::~TempBundle() {
-  std::error_code ec;
-  fs::remove_all(dir_, ec);
+  for (const char *name : {"manifest.json", "host.so", "kernels.ptx"})
+    ::unlink((dir_ + "/" + name).c_str());
+  ::rmdir(dir_.c_str());
 }
 
 } // namespace cac::rt::test
