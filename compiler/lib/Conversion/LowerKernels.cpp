@@ -337,7 +337,7 @@ private:
       return;
     }
     if (auto s = dyn_cast<ShiftOp>(op)) {
-      tokenDeps(s.getOperand(), off + s.getOffset(), deps);
+      tokenDeps(s.getOperand(), off + int64_t(s.getOffset()), deps);
       tokenDeps(s.getFill(), off, deps);
       return;
     }
@@ -626,8 +626,11 @@ private:
     if (isa<PositionOp>(op))
       return e.toFloat(b.create<arith::SubIOp>(e.loc, t, start));
     if (auto s = dyn_cast<ShiftOp>(op)) {
-      Value t2 = b.create<arith::AddIOp>(e.loc, t, e.i64(s.getOffset()));
-      Value in = s.getOffset() > 0
+      // I64Attr accessors return uint64_t: read the offset as signed, or
+      // `prev` (-1) would be taken for a forward shift.
+      int64_t offset = int64_t(s.getOffset());
+      Value t2 = b.create<arith::AddIOp>(e.loc, t, e.i64(offset));
+      Value in = offset > 0
                      ? b.create<arith::CmpIOp>(e.loc, arith::CmpIPredicate::slt,
                                                t2, end)
                      : b.create<arith::CmpIOp>(e.loc, arith::CmpIPredicate::sge,
