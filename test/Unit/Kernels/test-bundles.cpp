@@ -91,6 +91,7 @@ json unitsManifest() {
 
 std::string hostSoPath() { return CAC_TEST_HOST_SO; }
 std::string ptxPath() { return CAC_TEST_PTX; }
+std::string stdlibBundlesPath() { return CAC_TEST_STDLIB_BUNDLES; }
 
 namespace {
 

@@ -53,6 +53,8 @@ nlohmann::json unitsManifest();
 /// The built test host.so and PTX ("" when nvcc was not found).
 std::string hostSoPath();
 std::string ptxPath();
+/// The folder of compiled stdlib bundles (DIR/gae, DIR/grpo), or "".
+std::string stdlibBundlesPath();
 
 /// A bundle directory under the temp dir, removed on destruction.
 class TempBundle {

@@ -9,8 +9,11 @@ prefix=$($py -c "import torch; print(torch.utils.cmake_prefix_path)")
 torchlib=$(dirname "$($py -c "import torch; print(torch.__file__)")")/lib
 export PATH=/usr/local/cuda/bin:$PATH
 build=${BUILD:-/tmp/cac-kernels-gpu}
+bundles=""
+[ -d .gpu-deps/stdlib-bundles ] && bundles=$PWD/.gpu-deps/stdlib-bundles
 cmake -S test/Unit/Kernels/gpu-check -B "$build" -G Ninja \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCAC_GPU_DEPS="$PWD/.gpu-deps" \
+  -DCAC_TEST_STDLIB_BUNDLES="$bundles" \
   -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
   >"$out/configure.log" 2>&1 || { tail -60 "$out/configure.log"; exit 1; }
 grep "cac_runtime_kernels" "$out/configure.log"

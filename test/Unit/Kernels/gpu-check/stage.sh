@@ -11,4 +11,13 @@ rm -rf "$deps"
 mkdir -p "$deps/include"
 cp -r /usr/src/googletest "$deps/googletest"
 cp -r /usr/include/nlohmann "$deps/include/"
+# Bundles of the stdlib estimators, when a compiler build is at hand (the GPU
+# machine has no MLIR to make them): StdlibBundle tests run them there.
+cac=${CAC:-$repo/build/bin/cac}
+if [ -x "$cac" ]; then
+  for m in gae grpo; do
+    "$cac" compile --bundle "$deps/stdlib-bundles/$m" \
+      -o "$deps/stdlib-bundles/$m.ptx" "$repo/stdlib/$m.cac"
+  done
+fi
 echo "staged $(du -sh "$deps" | cut -f1) in $deps"
