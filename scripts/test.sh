@@ -14,7 +14,7 @@ if [ -f test/reference/check_eval.py ]; then
   for method in gae grpo; do
     for backend in cpu eager; do
       python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$method" \
-        --backend "$backend" --seeds 1-10 --max-len 512 --stdlib stdlib || status=1
+        --backend "$backend" --seeds 1-6 --max-len 4096 --stdlib stdlib || status=1
     done
   done
 fi
