@@ -7,6 +7,8 @@
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/StringSet.h"
 
+#include <cmath>
+
 using namespace cac;
 using namespace cac::ast;
 
@@ -155,6 +157,11 @@ private:
       return declare(s, Symbol::Kind::Input);
     }
     case Stmt::Kind::Param:
+      if (s.defaultValue && !std::isfinite(*s.defaultValue)) {
+        error(s.nameLoc) << "the default of '" << s.name
+                         << "' is out of range (it overflows a double)";
+        return false;
+      }
       s.type = {Domain::Scalar, ElemKind::Float};
       return declare(s, Symbol::Kind::Param);
     case Stmt::Kind::Let: {
@@ -249,6 +256,10 @@ private:
   bool checkExpr(Expr &e) {
     switch (e.kind) {
     case Expr::Kind::Number:
+      if (!std::isfinite(e.number)) {
+        error(e.loc) << "number out of range (it overflows a double)";
+        return false;
+      }
       e.type = {Domain::Scalar, ElemKind::Float};
       return true;
     case Expr::Kind::Bool:
