@@ -15,6 +15,9 @@
 
 #include <sys/stat.h>
 
+#include <fstream>
+#include <sstream>
+
 using namespace cac::rt;
 using namespace cac::rt::test;
 
@@ -28,7 +31,16 @@ protected:
                       "set CAC_TEST_STDLIB_BUNDLES)";
   }
   BundleEstimator load(const std::string &name) {
-    return BundleEstimator::load(stdlibBundlesPath() + "/" + name);
+    std::string dir = stdlibBundlesPath() + "/" + name;
+    struct stat st;
+    if (::stat((dir + "/manifest.json").c_str(), &st) != 0) {
+      std::ifstream err(dir + "/compile-error.txt");
+      std::stringstream ss;
+      ss << err.rdbuf();
+      ADD_FAILURE() << "no compiled bundle in " << dir << "\n" << ss.str();
+      throw std::runtime_error("no bundle " + dir);
+    }
+    return BundleEstimator::load(dir);
   }
 };
 
