@@ -1,0 +1,1331 @@
+#!/usr/bin/env python3
+"""cacref: an independent reference implementation of the cac estimators and objectives.
+
+Written from shared/docs/estimators.md (the section numbers below refer to it), in pure
+Python 3 with the standard library only, in double precision (reductions use math.fsum;
+the SPO-tree values use exact rational arithmetic so that "advantage != 0" is decided
+exactly). It shares no code with the C++ compiler and is the oracle of the correctness
+tests:
+
+* ``evaluate(method, batch)`` takes a batch in the JSON format of ``cac eval``
+  (docs/design.md, "The batch format of `cac eval`") and returns the output JSON that
+  ``cac eval stdlib/METHOD.cac`` must print.
+* ``objective(name, batch)`` returns a loss and its analytic gradient.
+* ``random_batch(method, seed, ...)`` draws a random ragged batch for a method.
+
+Command line (for debugging and for fake ``cac`` binaries in tests):
+
+    python3 cacref.py eval METHOD --input batch.json     # prints the output JSON
+    python3 cacref.py gen METHOD --seed 3 [--max-len 64] # prints a random batch
+    python3 cacref.py objective NAME --input batch.json  # prints loss and gradient
+"""
+
+import argparse
+import json
+import math
+import random
+import struct
+import sys
+from fractions import Fraction
+
+REQUIRED = object()  # marks a parameter without a default
+
+
+class RefError(ValueError):
+    """An invalid batch or parameter."""
+
+
+# ---------------------------------------------------------------------------------------
+# Small helpers
+# ---------------------------------------------------------------------------------------
+
+
+def mean(xs):
+    return math.fsum(xs) / len(xs)
+
+
+def pop_var(xs):
+    mu = mean(xs)
+    return math.fsum((x - mu) ** 2 for x in xs) / len(xs)
+
+
+def unbiased_var(xs):
+    """Sample variance with n-1; defined as 0 for a single value."""
+    if len(xs) < 2:
+        return 0.0
+    mu = mean(xs)
+    return math.fsum((x - mu) ** 2 for x in xs) / (len(xs) - 1)
+
+
+def f32(x):
+    """Rounds a double to the nearest float32 (so that f32 backends see the same input)."""
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
+def flag(x):
+    """A 0/1 parameter: any non-zero number is true."""
+    return x != 0
+
+
+def as_int(name, x, lo=None):
+    if x != int(x):
+        raise RefError(f"parameter {name} must be an integer, got {x}")
+    x = int(x)
+    if lo is not None and x < lo:
+        raise RefError(f"parameter {name} must be >= {lo}, got {x}")
+    return x
+
+
+def broadcast(per_seq, lengths):
+    return [[float(v)] * n for v, n in zip(per_seq, lengths)]
+
+
+def from_segments(seg_values, starts, T):
+    """Token array from one value per segment; segment j covers [starts[j], starts[j+1])."""
+    out = []
+    for j, s in enumerate(starts):
+        e = starts[j + 1] if j + 1 < len(starts) else T
+        out.extend([float(seg_values[j])] * (e - s))
+    return out
+
+
+def reverse_scan(x, decay):
+    """y[t] = x[t] + decay[t] * y[t+1], y[T] = 0 (estimators.md §10, P2)."""
+    y = [0.0] * len(x)
+    acc = 0.0
+    for t in range(len(x) - 1, -1, -1):
+        acc = x[t] + decay[t] * acc
+        y[t] = acc
+    return y
+
+
+def p_old_of(logp):
+    return [math.exp(v) for v in logp]
+
+
+# ---------------------------------------------------------------------------------------
+# Per-sequence estimators (pure functions of plain lists)
+# ---------------------------------------------------------------------------------------
+
+
+def td_errors(values, reward, gamma):
+    """delta[t] = r[t] + gamma*V[t+1] - V[t], r = R on the last token, V[T] = 0 (§0.1)."""
+    T = len(values)
+    delta = []
+    for t in range(T):
+        r = reward if t == T - 1 else 0.0
+        v_next = values[t + 1] if t + 1 < T else 0.0
+        delta.append(r + gamma * v_next - values[t])
+    return delta
+
+
+def gae_seq(values, reward, gamma, lam):
+    """GAE (§1.1): A[t] = delta[t] + gamma*lambda*A[t+1]; returns A + V."""
+    delta = td_errors(values, reward, gamma)
+    adv = reverse_scan(delta, [gamma * lam] * len(values))
+    return adv, [a + v for a, v in zip(adv, values)]
+
+
+def sae_decay_lambdas(p_old, threshold, lam, literal):
+    """lam_t of SAE (§4.3, §9.1). Chosen: lambda iff token t itself is low-probability.
+    Literal array reading: lambda iff token t+1 is low-probability."""
+    low = [p < threshold for p in p_old]
+    T = len(p_old)
+    if literal:
+        return [lam if (t + 1 < T and low[t + 1]) else 1.0 for t in range(T)]
+    return [lam if low[t] else 1.0 for t in range(T)]
+
+
+def sae_seq(values, p_old, reward, gamma, lam, threshold, literal=False):
+    """SAE (§4.3): GAE whose lambda-decay applies only across boundaries."""
+    delta = td_errors(values, reward, gamma)
+    lams = sae_decay_lambdas(p_old, threshold, lam, literal)
+    adv = reverse_scan(delta, [gamma * l for l in lams])
+    return adv, [a + v for a, v in zip(adv, values)]
+
+
+def sae_boundary_form(values, p_old, reward, lam, threshold):
+    """The "boundary form" of SAE (eq. 6, §4.3), gamma = 1, chosen convention.
+    An independent oracle for sae_seq: A[t] = (1-lam) sum_{k<last} lam^k (V(S_tk) - V[t])
+    + lam^last (R - V[t]), over the bootstrap states t_k > t."""
+    T = len(values)
+    boot = sorted({c + 1 for c in range(T) if p_old[c] < threshold and c + 1 < T})
+    adv = []
+    for t in range(T):
+        states = [s for s in boot if s > t] + [T]
+        terms = []
+        for k, s in enumerate(states):
+            if s == T:
+                terms.append(lam ** k * (reward - values[t]))
+            else:
+                terms.append((1 - lam) * lam ** k * (values[s] - values[t]))
+        adv.append(math.fsum(terms))
+    return adv
+
+
+def group_members(groups):
+    """{group id: [sequence indices]} in ascending id order."""
+    members = {}
+    for i, g in enumerate(groups):
+        members.setdefault(g, []).append(i)
+    return dict(sorted(members.items()))
+
+
+def group_normalized(rewards, groups, eps, unbiased, eps_in_sqrt):
+    """GRPO (§1.2): (R - mean_g) / (std_g + eps), or / sqrt(var_g + eps) with eps_in_sqrt.
+    std is the population std, or the unbiased one (n-1; 0 for a group of one)."""
+    adv = [0.0] * len(rewards)
+    for idx in group_members(groups).values():
+        rs = [rewards[i] for i in idx]
+        mu = mean(rs)
+        var = unbiased_var(rs) if unbiased else pop_var(rs)
+        scale = math.sqrt(var + eps) if eps_in_sqrt else math.sqrt(var) + eps
+        for i in idx:
+            adv[i] = (rewards[i] - mu) / scale
+    return adv
+
+
+def rloo_advantages(rewards, groups):
+    """RLOO (§1.3): R_i - mean of the other members of the group (0 for a group of one)."""
+    adv = [0.0] * len(rewards)
+    for idx in group_members(groups).values():
+        if len(idx) < 2:
+            continue
+        total = math.fsum(rewards[i] for i in idx)
+        for i in idx:
+            adv[i] = rewards[i] - (total - rewards[i]) / (len(idx) - 1)
+    return adv
+
+
+def chain_segment_advantages(mc, reward):
+    """A_j = V(S_{b_{j+1}}) - V(S_{b_j}); the last segment gets R - V(S_{b_last}) (§2.3, §1.5)."""
+    n = len(mc)
+    return [(mc[j + 1] if j + 1 < n else reward) - mc[j] for j in range(n)]
+
+
+def vineppo_segments(newline):
+    """VinePPO steps (§1.5): a step ends at (and includes) a newline token, the next one starts
+    after it, the last step ends at T-1. Returns the segment starts."""
+    T = len(newline)
+    return [0] + [t + 1 for t in range(T - 1) if newline[t] != 0]
+
+
+def spo_chain_cutpoints(p_old, threshold, cut_last):
+    """U = {t : p_old[t] < threshold}; the paper excludes t = T-1, the code (cut_last) does not."""
+    T = len(p_old)
+    return [t for t in range(T) if p_old[t] < threshold and (cut_last or t < T - 1)]
+
+
+def spo_chain_segments(p_old, threshold=0.9, interval=5, cut_last=False, count=0):
+    """SPO-chain partition (§2.2). Returns (starts, kind) where kind is
+    "none" (no cutpoints: one segment, all advantages 0), "head" (interval mode with a head
+    segment [0, u0) before the first boundary), "interval" (u0 = 0, no head) or "count"."""
+    U = spo_chain_cutpoints(p_old, threshold, cut_last)
+    if not U:
+        return [0], "none"
+    if count > 0:
+        nseg = min(count, len(U))
+        sizes = [len(U) // nseg + (1 if k < len(U) % nseg else 0) for k in range(nseg)]
+        starts, first = [0], 0
+        for k in range(1, nseg):
+            first += sizes[k - 1]
+            starts.append(U[first])
+        return starts, "count"
+    bounds = U[::interval]
+    if bounds[0] > 0:
+        return [0] + bounds, "head"
+    return bounds, "interval"
+
+
+def spo_chain_seq(p_old, reward, mc, threshold=0.9, interval=5, cut_last=False, head=False,
+                  count=0):
+    """SPO-chain advantages (§2.3). mc[j] = V_hat at the start state of segment j (for a head
+    segment, V_hat(S_0)). Returns (token adv, segment adv, starts)."""
+    starts, kind = spo_chain_segments(p_old, threshold, interval, cut_last, count)
+    if len(mc) != len(starts):
+        raise RefError(f"mc_value has {len(mc)} values but the sequence has {len(starts)} "
+                       f"segments (starts {starts[:8]}...)")
+    T = len(p_old)
+    if kind == "none":
+        seg_adv = [0.0]
+    else:
+        seg_adv = chain_segment_advantages(mc, reward)
+        if kind == "head" and not head:
+            seg_adv[0] = 0.0  # [code]: V(S_0) is not estimated
+    return from_segments(seg_adv, starts, T), seg_adv, starts
+
+
+def sapo_segments(entropy, k_percent):
+    """SAPO segmentation (§7.2). The k_cnt = max(ceil(T*kpct/100), 1) highest-entropy tokens
+    (ties: lower index first) are inclusive segment ends; T-1 is always an end.
+    Returns (starts, ends)."""
+    T = len(entropy)
+    k = math.ceil(Fraction(T) * Fraction(k_percent) / 100)  # exact: no 3.0000000000000004
+    k = min(max(k, 1), T)
+    top = sorted(range(T), key=lambda t: (-entropy[t], t))[:k]
+    ends = sorted(set(top) | {T - 1})
+    starts = [0] + [e + 1 for e in ends[:-1]]
+    return starts, ends
+
+
+def sapo_seq(entropy, values, reward, gamma=1.0, lam=0.99, k_percent=30, v_at_end=False):
+    """SAPO segment GAE (§7.3). Returns (seg adv, seg Rhat, starts, ends)."""
+    starts, ends = sapo_segments(entropy, k_percent)
+    n = len(starts)
+    vseg = [values[ends[m]] if v_at_end else values[starts[m]] for m in range(n)]
+    delta = [(reward if m == n - 1 else 0.0) + gamma * (vseg[m + 1] if m + 1 < n else 0.0)
+             - vseg[m] for m in range(n)]
+    adv = reverse_scan(delta, [gamma * lam] * n)
+    rhat = [a + v for a, v in zip(adv, vseg)]
+    return adv, rhat, starts, ends
+
+
+def bce(v, r):
+    """Binary cross-entropy -[R log v + (1-R) log(1-v)] (SPPO critic, §5.3)."""
+    return -(r * math.log(v) + (1.0 - r) * math.log(1.0 - v))
+
+
+# ---------------------------------------------------------------------------------------
+# Trees
+# ---------------------------------------------------------------------------------------
+
+
+class Tree:
+    """A rollout forest: parent[n] (-1 for roots) and, per sequence, the node of each token.
+    Sequences are root-to-leaf paths; the leaf of a sequence is the node of its last token."""
+
+    def __init__(self, parent, node_rows):
+        self.parent = [int(p) for p in parent]
+        K = len(self.parent)
+        self.children = [[] for _ in range(K)]
+        for n, p in enumerate(self.parent):
+            if p < -1 or p >= K or p == n:
+                raise RefError(f"tree.parent[{n}] = {p} is not a node id or -1")
+            if p >= 0:
+                self.children[p].append(n)
+        self.depth = [self._depth(n) for n in range(K)]
+        self.node_rows = [[int(x) for x in row] for row in node_rows]
+        self.leaf_of_seq = []
+        for b, row in enumerate(self.node_rows):
+            if not row:
+                raise RefError(f"sequence {b} has no tokens")
+            for x in row:
+                if not 0 <= x < K:
+                    raise RefError(f"tree.node[{b}] holds {x}, not a node id")
+            chain = self.ancestors(row[-1])[::-1]  # root .. leaf
+            pos = {n: i for i, n in enumerate(chain)}
+            last = -1
+            for t, x in enumerate(row):
+                if x not in pos or pos[x] < last:
+                    raise RefError(f"tree.node[{b}][{t}] = {x} is not on the root-to-leaf "
+                                   f"path of sequence {b} in order")
+                last = pos[x]
+            self.leaf_of_seq.append(row[-1])
+        # Order: deepest first, for bottom-up passes.
+        self.bottom_up = sorted(range(K), key=lambda n: -self.depth[n])
+
+    def _depth(self, n):
+        d, seen = 0, set()
+        while self.parent[n] >= 0:
+            if n in seen:
+                raise RefError("tree.parent has a cycle")
+            seen.add(n)
+            n = self.parent[n]
+            d += 1
+        return d
+
+    def ancestors(self, n):
+        """n, parent(n), ..., root."""
+        out = [n]
+        while self.parent[n] >= 0:
+            n = self.parent[n]
+            out.append(n)
+        return out
+
+    def seqs_below(self):
+        """For each node, the sequences whose leaf lies in its subtree."""
+        below = [[] for _ in self.parent]
+        for b, leaf in enumerate(self.leaf_of_seq):
+            for n in self.ancestors(leaf):
+                below[n].append(b)
+        return below
+
+
+def spo_tree_values(tree, rewards, normalize=False, eps=1e-8):
+    """SPO-tree (§3.3) in exact rational arithmetic. V(leaf) = R, V(n) = mean of the children's
+    V; A(n) = V(n) - V(parent), divided by (population std of the parent's children + eps)
+    when normalize; roots get 0. Returns (V as floats, A as floats, exact "A != 0" flags)."""
+    K = len(tree.parent)
+    ends = [[] for _ in range(K)]
+    for b, leaf in enumerate(tree.leaf_of_seq):
+        ends[leaf].append(b)
+    V = [None] * K
+    for n in tree.bottom_up:
+        ch = tree.children[n]
+        if ch:
+            if ends[n]:
+                raise RefError(f"sequence {ends[n][0]} ends at node {n}, which has children")
+            V[n] = sum((V[c] for c in ch), Fraction(0)) / len(ch)
+        elif ends[n]:
+            V[n] = sum((Fraction(rewards[b]) for b in ends[n]), Fraction(0)) / len(ends[n])
+        else:
+            raise RefError(f"node {n} has no children and no sequence ends at it")
+    adv, nonzero = [0.0] * K, [False] * K
+    for n in range(K):
+        p = tree.parent[n]
+        if p < 0:
+            continue
+        diff = V[n] - V[p]
+        nonzero[n] = diff != 0
+        if normalize:
+            sib = tree.children[p]
+            var = sum(((V[c] - V[p]) ** 2 for c in sib), Fraction(0)) / len(sib)
+            adv[n] = float(diff) / (math.sqrt(float(var)) + eps)
+        else:
+            adv[n] = float(diff)
+    return [float(v) for v in V], adv, nonzero
+
+
+def treeadv_values(tree, rewards, groups, delta=1e-6, use_max=False):
+    """TreeAdv (§6.3): leaf advantages A_l = (R_l - mu_g)/sqrt(var_pop_g + delta) over the
+    sequences of each group; node advantage = mean (or max) over the sequences whose leaf is
+    in the node's subtree (0 for a node with none). Returns (node adv, seq adv)."""
+    seq_adv = group_normalized(rewards, groups, delta, unbiased=False, eps_in_sqrt=True)
+    node_adv = []
+    for seqs in tree.seqs_below():
+        if not seqs:
+            node_adv.append(0.0)
+        elif use_max:
+            node_adv.append(max(seq_adv[b] for b in seqs))
+        else:
+            node_adv.append(mean([seq_adv[b] for b in seqs]))
+    return node_adv, seq_adv
+
+
+# ---------------------------------------------------------------------------------------
+# Methods on batches (the `cac eval` interface)
+# ---------------------------------------------------------------------------------------
+
+
+class Batch:
+    """Read-only view of a batch in the `cac eval` JSON format."""
+
+    def __init__(self, data):
+        self.data = data
+        self.token = data.get("token", {})
+        self.seq = data.get("seq", {})
+        self.seg = data.get("seg", {})
+        self.tree_data = data.get("tree")
+        lengths = None
+        for name, rows in sorted(self.token.items()):
+            ls = [len(r) for r in rows]
+            if lengths is not None and ls != lengths:
+                raise RefError(f"token.{name} has row lengths different from the other inputs")
+            lengths = ls
+        if lengths is None and self.tree_data:
+            lengths = [len(r) for r in self.tree_data["node"]]
+        if lengths is None:
+            raise RefError("the batch has no token arrays: the sequence lengths are unknown")
+        if any(n == 0 for n in lengths):
+            raise RefError("every sequence needs at least one token")
+        self.lengths = lengths
+        self.B = len(lengths)
+        for name, vals in self.seq.items():
+            if len(vals) != self.B:
+                raise RefError(f"seq.{name} has {len(vals)} values for {self.B} sequences")
+        self.groups = [int(g) for g in self.seq["group"]] if "group" in self.seq else [0] * self.B
+
+    def tok(self, name):
+        if name not in self.token:
+            raise RefError(f"missing token input {name}")
+        return [[float(x) for x in row] for row in self.token[name]]
+
+    def sq(self, name):
+        if name not in self.seq:
+            raise RefError(f"missing seq input {name}")
+        return [float(x) for x in self.seq[name]]
+
+    def sg(self, name):
+        if name not in self.seg:
+            raise RefError(f"missing seg input {name}")
+        return [[float(x) for x in row] for row in self.seg[name]]
+
+    def tree(self):
+        if not self.tree_data:
+            raise RefError("missing tree input")
+        t = Tree(self.tree_data["parent"], self.tree_data["node"])
+        if [len(r) for r in t.node_rows] != self.lengths:
+            raise RefError("tree.node rows differ in length from the token inputs")
+        return t
+
+    def distinct_groups(self):
+        return sorted(set(self.groups))
+
+
+def _output(batch, token=None, seq=None, seg=None, node=None, segments=None):
+    out = {"token": token or {}, "seq": seq or {}, "seg": seg or {}, "group": {},
+           "groups": batch.distinct_groups()}
+    if node is not None:
+        out["node"] = node
+    if segments is not None:
+        out["segments"] = segments
+    return out
+
+
+def eval_gae(b, p):
+    V, R = b.tok("value"), b.sq("reward")
+    adv, ret = zip(*[gae_seq(V[i], R[i], p["gamma"], p["lambda"]) for i in range(b.B)])
+    return _output(b, token={"adv": list(adv), "ret": list(ret)})
+
+
+def eval_grpo(b, p):
+    adv = group_normalized(b.sq("reward"), b.groups, p["eps"], flag(p["unbiased"]),
+                           flag(p["eps_in_sqrt"]))
+    return _output(b, token={"adv": broadcast(adv, b.lengths)})
+
+
+def eval_rloo(b, p):
+    return _output(b, token={"adv": broadcast(rloo_advantages(b.sq("reward"), b.groups),
+                                              b.lengths)})
+
+
+def eval_vineppo(b, p):
+    nl, R, mc = b.tok("newline"), b.sq("reward"), b.sg("mc_value")
+    adv, seg_adv, segments = [], [], []
+    for i in range(b.B):
+        starts = vineppo_segments(nl[i])
+        if len(mc[i]) != len(starts):
+            raise RefError(f"seg.mc_value[{i}] has {len(mc[i])} values for {len(starts)} steps")
+        a = chain_segment_advantages(mc[i], R[i])
+        adv.append(from_segments(a, starts, b.lengths[i]))
+        seg_adv.append(a)
+        segments.append(starts)
+    return _output(b, token={"adv": adv}, seg={"adv": seg_adv}, segments=segments)
+
+
+def eval_sae(b, p):
+    V, lp, R = b.tok("value"), b.tok("logp"), b.sq("reward")
+    adv, ret = [], []
+    for i in range(b.B):
+        a, r = sae_seq(V[i], p_old_of(lp[i]), R[i], p["gamma"], p["lambda"], p["threshold"],
+                       flag(p["literal"]))
+        adv.append(a)
+        ret.append(r)
+    return _output(b, token={"adv": adv, "ret": ret})
+
+
+def eval_spo_chain(b, p):
+    lp, R, mc = b.tok("logp"), b.sq("reward"), b.sg("mc_value")
+    interval = as_int("interval", p["interval"], 1)
+    count = as_int("count", p["count"], 0)
+    adv, weight, seg_adv, segments = [], [], [], []
+    for i in range(b.B):
+        po = p_old_of(lp[i])
+        a, sa, starts = spo_chain_seq(po, R[i], mc[i], p["threshold"], interval,
+                                      flag(p["cut_last"]), flag(p["head"]), count)
+        adv.append(a)
+        weight.append([1.0 if x < p["threshold"] else 0.0 for x in po])
+        seg_adv.append(sa)
+        segments.append(starts)
+    return _output(b, token={"adv": adv, "weight": weight}, seg={"adv": seg_adv},
+                   segments=segments)
+
+
+def eval_spo_tree(b, p):
+    tree, lp, R = b.tree(), b.tok("logp"), b.sq("reward")
+    V, A, nonzero = spo_tree_values(tree, R, flag(p["normalize"]), p["eps"])
+    adv = [[A[n] for n in row] for row in tree.node_rows]
+    weight = [[1.0 if (math.exp(l) < p["threshold"] and nonzero[n]) else 0.0
+               for l, n in zip(lrow, row)] for lrow, row in zip(lp, tree.node_rows)]
+    return _output(b, token={"adv": adv, "weight": weight}, node={"value": V, "adv": A})
+
+
+def eval_sppo(b, p):
+    R, v = b.sq("reward"), b.sq("value")
+    for x in v:
+        if not 0.0 < x < 1.0:
+            raise RefError(f"seq.value must be a probability in (0, 1), got {x}")
+    adv = [r - x for r, x in zip(R, v)]
+    return _output(b, token={"adv": broadcast(adv, b.lengths)},
+                   seq={"value_loss": [bce(x, r) for x, r in zip(v, R)]})
+
+
+def eval_treeadv(b, p):
+    tree, R = b.tree(), b.sq("reward")
+    node_adv, _ = treeadv_values(tree, R, b.groups, p["delta"], flag(p["use_max"]))
+    adv = [[node_adv[n] for n in row] for row in tree.node_rows]
+    return _output(b, token={"adv": adv}, node={"adv": node_adv})
+
+
+def eval_sapo(b, p):
+    H, V, R = b.tok("entropy"), b.tok("value"), b.sq("reward")
+    v_at_end = flag(p["v_at_end"])
+    seg_adv, adv, ret, weight, segments = [], [], [], [], []
+    for i in range(b.B):
+        a, rhat, starts, ends = sapo_seq(H[i], V[i], R[i], p["gamma"], p["lambda"],
+                                         p["k_percent"], v_at_end)
+        T = b.lengths[i]
+        seg_adv.append(a)
+        adv.append(from_segments(a, starts, T))
+        ret.append(from_segments(rhat, starts, T))
+        w = [0.0] * T
+        for t in (ends if v_at_end else starts):
+            w[t] = 1.0
+        weight.append(w)
+        segments.append(starts)
+    return _output(b, token={"adv": adv, "ret": ret, "weight": weight}, seg={"adv": seg_adv},
+                   segments=segments)
+
+
+# name -> (function, {param: default or REQUIRED}, inputs, required outputs, optional outputs)
+# Outputs are (domain, name); optional ones are compared only when `cac eval` prints them.
+METHODS = {
+    "gae": (eval_gae, {"gamma": 1.0, "lambda": 0.95},
+            {"token": ["value"], "seq": ["reward"]},
+            [("token", "adv"), ("token", "ret")], []),
+    "grpo": (eval_grpo, {"eps": 1e-6, "unbiased": 0, "eps_in_sqrt": 0},
+             {"seq": ["reward", "group"]}, [("token", "adv")], []),
+    "rloo": (eval_rloo, {}, {"seq": ["reward", "group"]}, [("token", "adv")], []),
+    "gspo": (eval_grpo, {"eps": 1e-6, "unbiased": 0, "eps_in_sqrt": 0},
+             {"seq": ["reward", "group"]}, [("token", "adv")], []),
+    "vineppo": (eval_vineppo, {}, {"token": ["newline"], "seq": ["reward"], "seg": ["mc_value"]},
+                [("token", "adv"), ("segments", None)], [("seg", "adv")]),
+    "sae": (eval_sae, {"gamma": 1.0, "lambda": REQUIRED, "threshold": 0.2, "literal": 0},
+            {"token": ["value", "logp"], "seq": ["reward"]},
+            [("token", "adv"), ("token", "ret")], []),
+    "spo_chain": (eval_spo_chain,
+                  {"threshold": 0.9, "interval": 5, "cut_last": 0, "head": 0, "count": 0},
+                  {"token": ["logp"], "seq": ["reward"], "seg": ["mc_value"]},
+                  [("token", "adv"), ("token", "weight"), ("segments", None)],
+                  [("seg", "adv")]),
+    "spo_tree": (eval_spo_tree, {"normalize": 0, "eps": 1e-8, "threshold": 0.9},
+                 {"token": ["logp"], "seq": ["reward"], "tree": ["parent", "node"]},
+                 [("node", "value"), ("node", "adv"), ("token", "adv"), ("token", "weight")],
+                 []),
+    "sppo": (eval_sppo, {}, {"seq": ["reward", "value"]},
+             [("token", "adv"), ("seq", "value_loss")], []),
+    "treeadv": (eval_treeadv, {"delta": 1e-6, "use_max": 0},
+                {"seq": ["reward", "group"], "tree": ["parent", "node"]},
+                [("node", "adv"), ("token", "adv")], []),
+    "sapo": (eval_sapo, {"gamma": 1.0, "lambda": 0.99, "k_percent": 30, "v_at_end": 0},
+             {"token": ["entropy", "value"], "seq": ["reward"]},
+             [("seg", "adv"), ("token", "adv"), ("token", "ret"), ("token", "weight"),
+              ("segments", None)], []),
+}
+
+
+def resolve_params(declared, given, what):
+    """Defaults overridden by `given`; fails on an unknown or a missing required parameter,
+    as `cac eval` does."""
+    for k in given:
+        if k not in declared:
+            raise RefError(f"unknown parameter '{k}' for {what}; declared: "
+                           f"{', '.join(declared) or 'none'}")
+    out = {}
+    for k, d in declared.items():
+        if k in given:
+            out[k] = given[k]
+        elif d is REQUIRED:
+            raise RefError(f"parameter '{k}' of {what} has no default and no value")
+        else:
+            out[k] = d
+    return out
+
+
+def evaluate(method, data, params=None):
+    """The output JSON of `cac eval stdlib/METHOD.cac --input <data>`.
+    `params` (like --param) override the batch's "params"."""
+    if method not in METHODS:
+        raise RefError(f"unknown method {method}; known: {', '.join(METHODS)}")
+    fn, declared = METHODS[method][0], METHODS[method][1]
+    given = dict(data.get("params", {}))
+    given.update(params or {})
+    return fn(Batch(data), resolve_params(declared, given, method))
+
+
+def optional_outputs(method):
+    return METHODS[method][4]
+
+
+# ---------------------------------------------------------------------------------------
+# Objectives: loss and analytic gradient
+# ---------------------------------------------------------------------------------------
+
+AGG_MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+             "seq-mean-token-sum-norm"]
+
+
+def agg_mode(x):
+    """An aggregation mode by name or by number (its index in AGG_MODES)."""
+    if isinstance(x, str):
+        if x not in AGG_MODES:
+            raise RefError(f"unknown aggregation mode {x}")
+        return x
+    return AGG_MODES[as_int("agg", x, 0)]
+
+
+def agg_coefficients(weights, mode, norm_len=0):
+    """c[i][t] such that the aggregated loss is sum c*l (estimators.md §0.2; verl agg_loss):
+    token-mean           sum w*l / sum w                      (0 if sum w = 0)
+    seq-mean-token-mean  (1/B) sum_i (sum_t w*l / sum_t w)    (a sequence with sum w = 0 adds 0)
+    seq-mean-token-sum   (1/B) sum_i sum_t w*l
+    seq-mean-token-sum-norm  sum_i sum_t w*l / L, L = norm_len or the longest sequence."""
+    B = len(weights)
+    if mode == "token-mean":
+        W = math.fsum(math.fsum(r) for r in weights)
+        return [[(w / W if W else 0.0) for w in r] for r in weights]
+    if mode == "seq-mean-token-mean":
+        out = []
+        for r in weights:
+            Wi = math.fsum(r)
+            out.append([(w / (B * Wi) if Wi else 0.0) for w in r])
+        return out
+    if mode == "seq-mean-token-sum":
+        return [[w / B for w in r] for r in weights]
+    if mode == "seq-mean-token-sum-norm":
+        L = norm_len if norm_len > 0 else max(len(r) for r in weights)
+        return [[w / L for w in r] for r in weights]
+    raise RefError(f"unknown aggregation mode {mode}")
+
+
+def clipped_surrogate(r, A, eps_low=0.2, eps_high=0.2, dual_clip=0.0):
+    """verl compute_policy_loss for one token: returns (loss, d loss / d ratio).
+    loss = max(-A*r, -A*clip(r, 1-eps_low, 1+eps_high)); with dual_clip c > 0 and A < 0,
+    loss = min(that, -A*c). The objective f of §0.2 is -loss."""
+    lo, hi = 1.0 - eps_low, 1.0 + eps_high
+    rc = min(max(r, lo), hi)
+    l1, l2 = -A * r, -A * rc
+    if l1 >= l2:
+        loss, d = l1, -A  # unclipped (ties: r inside [lo, hi], both branches agree)
+    else:
+        loss, d = l2, 0.0  # the clipped branch is active, so r is outside [lo, hi]
+    if dual_clip > 0 and A < 0 and -A * dual_clip < loss:
+        loss, d = -A * dual_clip, 0.0
+    return loss, d
+
+
+def kl_term(d, kind):
+    """KL estimators with d = logp - logp_ref (§0.2): returns (value, d value / d logp).
+    1: k1 = d; 2: k2 = d^2/2; 3: k3 = exp(-d) + d - 1."""
+    if kind == 1:
+        return d, 1.0
+    if kind == 2:
+        return 0.5 * d * d, d
+    if kind == 3:
+        return math.exp(-d) + d - 1.0, 1.0 - math.exp(-d)
+    raise RefError(f"unknown KL estimator k{kind}")
+
+
+def policy_loss(logp_new, logp_old, adv, ratio="token", segments=None, weight=None,
+                eps_low=0.2, eps_high=0.2, dual_clip=0.0, agg="token-mean", norm_len=0,
+                clamp_log_ratio=0.0, logp_ref=None, kl=0, beta=0.0):
+    """Clipped policy loss and its gradient d loss / d logp_new (ragged lists).
+
+    ratio = "token"     rho[t] = exp(x[t]), x = logp_new - logp_old (PPO, GRPO, SPO, SPPO)
+            "seq"       s_i = exp(mean_t x[t]) on every token, gradient through the mean (GSPO)
+            "seq_token" forward s_i, gradient s_i * d logp_new[t] (GSPO-token, §1.4)
+            "seg"       s_m = exp(mean_{t in seg m} x[t]) (SAPO, §7.4); needs `segments`
+    The per-token loss is clipped_surrogate(ratio, adv[t]); it is aggregated with the
+    weights (the probability mask of SPO; default 1) by `agg`. With kl in {1,2,3} the term
+    beta * token-mean(k) over all tokens (unweighted) is added. clamp_log_ratio > 0 clamps
+    x to [-c, c] first (verl uses 20; off by default)."""
+    mode = agg_mode(agg)
+    B = len(logp_new)
+    if weight is None:
+        weight = [[1.0] * len(r) for r in logp_new]
+    coef = agg_coefficients(weight, mode, norm_len)
+    grad = [[0.0] * len(r) for r in logp_new]
+    terms = []
+    for i in range(B):
+        T = len(logp_new[i])
+        x, dx = [], []
+        for t in range(T):
+            v = logp_new[i][t] - logp_old[i][t]
+            if clamp_log_ratio > 0 and abs(v) > clamp_log_ratio:
+                x.append(math.copysign(clamp_log_ratio, v))
+                dx.append(0.0)
+            else:
+                x.append(v)
+                dx.append(1.0)
+        if ratio == "token":
+            spans = [(t, t + 1) for t in range(T)]
+        elif ratio in ("seq", "seq_token"):
+            spans = [(0, T)]
+        elif ratio == "seg":
+            st = segments[i]
+            if not st or st[0] != 0 or any(a >= c for a, c in zip(st, st[1:])) or st[-1] >= T:
+                raise RefError(f"bad segment starts {st} for a sequence of {T} tokens")
+            spans = [(st[j], st[j + 1] if j + 1 < len(st) else T) for j in range(len(st))]
+        else:
+            raise RefError(f"unknown ratio kind {ratio}")
+        for s, e in spans:
+            n = e - s
+            r = math.exp(math.fsum(x[s:e]) / n)
+            g_ratio = []  # c_t * d l_t / d r for the tokens of the span
+            for t in range(s, e):
+                l, dl = clipped_surrogate(r, adv[i][t], eps_low, eps_high, dual_clip)
+                terms.append(coef[i][t] * l)
+                g_ratio.append(coef[i][t] * dl)
+            if ratio == "seq_token":
+                for k, t in enumerate(range(s, e)):
+                    grad[i][t] += g_ratio[k] * r * dx[t]  # d w_t / d logp_new[t] = s_i
+            else:
+                g = math.fsum(g_ratio) * r / n  # d r / d x[u] = r / n for u in the span
+                for t in range(s, e):
+                    grad[i][t] += g * dx[t]
+    loss = math.fsum(terms)
+    if kl:
+        if logp_ref is None:
+            raise RefError("a KL term needs token input logp_ref")
+        N = sum(len(r) for r in logp_new)
+        kterms = []
+        for i in range(B):
+            for t in range(len(logp_new[i])):
+                k, dk = kl_term(logp_new[i][t] - logp_ref[i][t], kl)
+                kterms.append(k)
+                grad[i][t] += beta * dk / N
+        loss += beta * math.fsum(kterms) / N
+    return loss, grad
+
+
+def value_loss_clipped(values, values_old, returns, eps_v=0.2, weight=None, agg="token-mean",
+                       norm_len=0):
+    """PPO critic loss (§1.1): 0.5*max((v-G)^2, (clip(v, v_old-eps_v, v_old+eps_v)-G)^2),
+    aggregated (default masked token-mean). Returns (loss, d loss / d v)."""
+    if weight is None:
+        weight = [[1.0] * len(r) for r in values]
+    coef = agg_coefficients(weight, agg_mode(agg), norm_len)
+    terms, grad = [], []
+    for i in range(len(values)):
+        g_row = []
+        for t in range(len(values[i])):
+            v, vo, G = values[i][t], values_old[i][t], returns[i][t]
+            vc = min(max(v, vo - eps_v), vo + eps_v)
+            l1, l2 = (v - G) ** 2, (vc - G) ** 2
+            if l1 >= l2:
+                l, d = 0.5 * l1, v - G
+            else:
+                l, d = 0.5 * l2, (vc - G if vc == v else 0.0)
+            terms.append(coef[i][t] * l)
+            g_row.append(coef[i][t] * d)
+        grad.append(g_row)
+    return math.fsum(terms), grad
+
+
+def bce_loss(values, rewards):
+    """Mean over sequences of BCE(v, R) (SPPO critic). Returns (loss, d loss / d v)."""
+    B = len(values)
+    loss = math.fsum(bce(v, r) for v, r in zip(values, rewards)) / B
+    grad = [(v - r) / (v * (1.0 - v)) / B for v, r in zip(values, rewards)]
+    return loss, grad
+
+
+def kl_loss(logp_new, logp_ref, kind, beta=1.0):
+    """beta * token-mean of k1/k2/k3 (§0.2). Returns (loss, d loss / d logp_new)."""
+    return policy_loss(logp_new, logp_new, [[0.0] * len(r) for r in logp_new],
+                       logp_ref=logp_ref, kl=kind, beta=beta)
+
+
+_POLICY_PARAMS = {"eps_low": 0.2, "eps_high": 0.2, "dual_clip": 0.0, "agg": "token-mean",
+                  "norm_len": 0, "clamp_log_ratio": 0.0, "kl": 0, "beta": 0.0}
+
+
+def _policy_objective(ratio, default_agg="token-mean"):
+    def run(b, p, segments=None):
+        return policy_loss(b.tok("logp_new"), b.tok("logp"), b.tok("adv"), ratio=ratio,
+                           segments=segments,
+                           weight=b.tok("weight") if "weight" in b.token else None,
+                           eps_low=p["eps_low"], eps_high=p["eps_high"],
+                           dual_clip=p["dual_clip"], agg=p["agg"], norm_len=p["norm_len"],
+                           clamp_log_ratio=p["clamp_log_ratio"],
+                           logp_ref=b.tok("logp_ref") if "logp_ref" in b.token else None,
+                           kl=as_int("kl", p["kl"], 0), beta=p["beta"])
+    params = dict(_POLICY_PARAMS, agg=default_agg)
+    return run, params
+
+
+def _obj_sapo(b, p):
+    """SAPO segment ratio: segments given in the batch ("segments": starts per sequence) or
+    computed from token entropy with k_percent (sapo's rule)."""
+    if "segments" in b.data:
+        segs = [[int(s) for s in row] for row in b.data["segments"]]
+    else:
+        segs = [sapo_segments(h, p["k_percent"])[0] for h in b.tok("entropy")]
+    q = {k: v for k, v in p.items() if k != "k_percent"}
+    return _policy_objective("seg")[0](b, q, segments=segs)
+
+
+def _obj_value_mse(b, p):
+    return value_loss_clipped(b.tok("value"), b.tok("value_old"), b.tok("ret"), p["eps_v"],
+                              b.tok("weight") if "weight" in b.token else None, p["agg"])
+
+
+def _obj_kl(b, p):
+    return kl_loss(b.tok("logp_new"), b.tok("logp_ref"), as_int("kl", p["kl"], 1), p["beta"])
+
+
+# name -> (function(batch, params) -> (loss, grad), params, (domain, variable of the gradient))
+OBJECTIVES = {
+    "ppo_clip": (*_policy_objective("token"), ("token", "logp_new")),
+    "gspo": (*_policy_objective("seq", "seq-mean-token-mean"), ("token", "logp_new")),
+    "gspo_token": (*_policy_objective("seq_token"), ("token", "logp_new")),
+    "sapo": (_obj_sapo, dict(_POLICY_PARAMS, k_percent=30), ("token", "logp_new")),
+    "kl": (_obj_kl, {"kl": 3, "beta": 1.0}, ("token", "logp_new")),
+    "value_mse": (_obj_value_mse, {"eps_v": 0.2, "agg": "token-mean"}, ("token", "value")),
+    "bce": (lambda b, p: bce_loss(b.sq("value"), b.sq("reward")), {}, ("seq", "value")),
+}
+
+
+def objective(name, data, params=None):
+    """{"loss": x, "grad": {domain: {variable: d loss / d variable}}} for an objective."""
+    if name not in OBJECTIVES:
+        raise RefError(f"unknown objective {name}; known: {', '.join(OBJECTIVES)}")
+    fn, declared, (dom, var) = OBJECTIVES[name]
+    given = dict(data.get("params", {}))
+    given.update(params or {})
+    loss, grad = fn(Batch(data), resolve_params(declared, given, name))
+    return {"loss": loss, "grad": {dom: {var: grad}}}
+
+
+# ---------------------------------------------------------------------------------------
+# Random batches
+# ---------------------------------------------------------------------------------------
+
+# Parameter variants drawn for "random" parameters (defaults are used in "default" mode).
+PARAM_CHOICES = {
+    "gae": {"gamma": [1.0, 0.99, 0.9], "lambda": [0.95, 1.0, 0.0, 0.9, 0.5]},
+    "grpo": {"eps": [1e-6, 1e-8, 1e-4, 0.01], "unbiased": [0, 1], "eps_in_sqrt": [0, 1]},
+    "gspo": {"eps": [1e-6, 1e-8, 1e-4, 0.01], "unbiased": [0, 1], "eps_in_sqrt": [0, 1]},
+    "rloo": {},
+    "vineppo": {},
+    "sae": {"gamma": [1.0, 0.99], "lambda": [0.9, 0.95, 0.99, 1.0, 0.5],
+            "threshold": [0.2, 0.05, 0.5, 0.9], "literal": [0, 1]},
+    "spo_chain": {"threshold": [0.9, 0.5, 0.95], "interval": [1, 2, 5, 10],
+                  "cut_last": [0, 1], "head": [0, 1], "count": [0, 0, 1, 3, 8]},
+    "spo_tree": {"normalize": [0, 1], "eps": [1e-8, 1e-6], "threshold": [0.9, 0.5]},
+    "sppo": {},
+    "treeadv": {"delta": [1e-6, 1e-4, 1e-8], "use_max": [0, 1]},
+    "sapo": {"gamma": [1.0, 0.99], "lambda": [0.99, 0.9, 0.95, 1.0],
+             "k_percent": [30, 10, 20, 25, 50, 100, 1], "v_at_end": [0, 1]},
+}
+REQUIRED_DEFAULTS = {"sae": {"lambda": 0.95}}  # used for a required parameter in default mode
+
+THRESHOLD_MARGIN = 1e-5  # relative distance kept between p_old and any threshold
+
+
+def _choose_params(method, rng, mode):
+    if mode == "default":
+        return dict(REQUIRED_DEFAULTS.get(method, {}))
+    params = {k: rng.choice(v) for k, v in PARAM_CHOICES[method].items()}
+    # Some random draws keep a few defaults, so that partial overrides are exercised.
+    declared = METHODS[method][1]
+    for k in list(params):
+        if declared[k] is not REQUIRED and rng.random() < 0.25:
+            del params[k]
+    return params
+
+
+def _lengths(rng, B, max_len):
+    out = []
+    for _ in range(B):
+        u = rng.random()
+        if u < 0.15:
+            out.append(1)
+        elif u < 0.4:
+            out.append(rng.randint(1, min(8, max_len)))
+        elif u < 0.85:
+            out.append(rng.randint(1, max_len))
+        else:
+            out.append(max_len)
+    if B >= 2:
+        out[rng.randrange(B)] = 1
+    if B >= 3:
+        out[rng.randrange(B)] = max_len
+    return out
+
+
+def _p_old(rng, thresholds):
+    """A token probability: mostly confident, with a spread around the thresholds."""
+    u = rng.random()
+    if u < 0.05:
+        p = 1.0
+    elif u < 0.45:
+        p = rng.uniform(0.9, 1.0)
+    elif u < 0.6:
+        p = rng.uniform(0.5, 0.9)
+    elif u < 0.72:
+        p = rng.uniform(0.1, 0.5)
+    elif u < 0.82:
+        p = math.exp(rng.uniform(math.log(1e-4), math.log(0.1)))
+    else:
+        thr = rng.choice(thresholds) if thresholds else 0.5
+        p = min(1.0, thr * (1.0 + rng.choice([-1, 1]) * rng.uniform(1e-3, 0.05)))
+    return p
+
+
+def _logp(rng, thresholds):
+    """f32-exact log-probability <= 0 whose exp() keeps a relative margin from every threshold."""
+    lp = min(0.0, f32(math.log(max(_p_old(rng, thresholds), 1e-30))))
+    for _ in range(100):
+        if all(abs(math.exp(lp) / thr - 1.0) > THRESHOLD_MARGIN for thr in thresholds):
+            return lp
+        lp = f32(lp - 4 * THRESHOLD_MARGIN)
+    raise AssertionError("could not keep logp away from the thresholds")
+
+
+def _rewards(rng, B, kind):
+    if kind == "binary":
+        return [float(rng.random() < 0.5) for _ in range(B)]
+    if kind == "ternary":  # TreeAdv: -1 for overlong outputs
+        return [float(rng.choice([-1, 0, 0, 1, 1])) for _ in range(B)]
+    # Non-binary: dyadic grid k/16 in [-1, 2] so that sums are exact in f32 and f64.
+    return [rng.randint(-16, 32) / 16 for _ in range(B)]
+
+
+def _value(rng):
+    return f32(rng.uniform(-0.3, 1.3))
+
+
+def _groups(rng, B, rewards, reward_kind):
+    """Random group ids (not contiguous, not sorted, interleaved), with a group of one and a
+    group whose rewards are all equal when B allows. Modifies rewards in place."""
+    sizes, left = [], B
+    while left > 0:
+        s = min(left, rng.choice([1, 2, 3, 4, 4, 8, 8, 16, rng.randint(1, 12)]))
+        sizes.append(s)
+        left -= s
+    if B >= 3 and 1 not in sizes:
+        sizes[-1] -= 1
+        sizes.append(1)
+        sizes = [s for s in sizes if s > 0]
+    ids = rng.sample(range(0, 1000), len(sizes))
+    groups = [g for g, s in zip(ids, sizes) for _ in range(s)]
+    order = list(range(B))
+    rng.shuffle(order)
+    groups = [groups[i] for i in order]
+    multi = [g for g, s in zip(ids, sizes) if s >= 2]
+    if multi:  # one group with all-equal rewards
+        g = rng.choice(multi)
+        v = _rewards(rng, 1, reward_kind)[0]
+        for i in range(B):
+            if groups[i] == g:
+                rewards[i] = v
+    return groups
+
+
+def _random_tree_forest(rng, n_leaves, max_len, seg_len=None, root_tokens=True):
+    """One random tree with at most n_leaves leaves (node 0 is the root). Returns (parent, ntok,
+    leaves). Random branching 1..4 and depth 1..5; a root with or without tokens; internal
+    nodes may own no token; internal nodes get seg_len tokens when it is given (SPO-tree) and
+    leaves then stop early (1..seg_len tokens); every leaf owns >= 1 token and every root-to-leaf
+    path holds <= max_len tokens."""
+    parent, ntok, depth, path_tokens = [-1], [0], [0], [0]
+    if root_tokens and rng.random() < 0.6:
+        ntok[0] = rng.randint(1, max(1, min(max_len // 4, 8)))
+    path_tokens[0] = ntok[0]
+    max_depth = rng.randint(1, 5)
+    frontier, leaves = [0], []
+    while frontier:
+        n = frontier.pop(0)
+        room = max_len - path_tokens[n]  # tokens left for n's descendants
+        extra = n_leaves - len(leaves) - len(frontier) - 1  # leaves branching may still add
+        if n == 0 and ntok[0] == 0:
+            branch = True  # a token-less root needs children
+        elif n == 0:
+            branch = room >= 1 and rng.random() < 0.95
+        else:
+            branch = depth[n] < max_depth and room >= 2 and rng.random() < 0.6
+        if not branch:
+            leaves.append(n)
+            continue
+        k = max(1, min(rng.choice([1, 2, 2, 3, 3, 4]), extra + 1))
+        for _ in range(k):
+            parent.append(n)
+            depth.append(depth[n] + 1)
+            if seg_len is not None:
+                want = seg_len
+            else:
+                want = rng.choice([0, 1, 1, 2, 3, rng.randint(1, max(1, max_len // 3))])
+            ntok.append(max(0, min(want, room - 1)))
+            path_tokens.append(path_tokens[n] + ntok[-1])
+            frontier.append(len(parent) - 1)
+    for n in leaves:
+        if seg_len is not None and ntok[n] > 1 and rng.random() < 0.5:
+            ntok[n] = rng.randint(1, ntok[n])  # stopped before seg_len tokens
+        ntok[n] = max(1, ntok[n])  # fits: the parent kept room >= 2 (or a root, >= 1)
+    return parent, ntok, leaves
+
+
+def _tree_batch(rng, max_len, num_trees, leaves_per_tree, seg_len_for=None, node_order="shuffled",
+                p_thresholds=()):
+    """A forest of trees as a batch skeleton: parent, per-sequence node rows, per-sequence
+    tree index, and per-token logp shared between the copies of a node's tokens."""
+    parent, ntok, tree_of_leaf, leaf_nodes = [], [], [], []
+    for k in range(num_trees):
+        seg_len = seg_len_for(rng) if seg_len_for else None
+        p, n, leaves = _random_tree_forest(rng, leaves_per_tree(rng), max_len, seg_len,
+                                           root_tokens=True)
+        off = len(parent)
+        parent += [x + off if x >= 0 else -1 for x in p]
+        ntok += n
+        leaf_nodes += [x + off for x in leaves]
+        tree_of_leaf += [k] * len(leaves)
+    K = len(parent)
+    node_logp = [[_logp(rng, list(p_thresholds)) for _ in range(ntok[n])] for n in range(K)]
+    # Node ids: shuffled (any order) or breadth-first as built.
+    perm = list(range(K))
+    if node_order == "shuffled":
+        rng.shuffle(perm)
+    new_parent = [0] * K
+    for n in range(K):
+        new_parent[perm[n]] = perm[parent[n]] if parent[n] >= 0 else -1
+    seqs = []
+    for leaf, tree_k in zip(leaf_nodes, tree_of_leaf):
+        chain, n = [], leaf
+        while n >= 0:
+            chain.append(n)
+            n = parent[n]
+        chain.reverse()
+        nodes = [perm[n] for n in chain for _ in range(ntok[n])]
+        logp = [x for n in chain for x in node_logp[n]]
+        seqs.append((nodes, logp, tree_k))
+    rng.shuffle(seqs)
+    return new_parent, seqs
+
+
+def _spo_tree_robust(parent, node_rows, rewards):
+    """True when "node advantage != 0" cannot depend on rounding: every exact zero comes out
+    exactly 0, and every non-zero is far from 0, in f64 and in f32, summing in either order and
+    dividing or multiplying by the reciprocal."""
+    tree = Tree(parent, node_rows)
+    _, _, nonzero = spo_tree_values(tree, rewards)
+    ends = {}
+    for b, leaf in enumerate(tree.leaf_of_seq):
+        ends.setdefault(leaf, []).append(rewards[b])
+    for rnd in (lambda x: x, f32):
+        for rev in (False, True):
+            for recip in (False, True):
+                V = [0.0] * len(parent)
+                for n in tree.bottom_up:
+                    xs = [V[c] for c in tree.children[n]] or ends[n]
+                    if rev:
+                        xs = xs[::-1]
+                    s = 0.0
+                    for x in xs:
+                        s = rnd(s + x)
+                    V[n] = rnd(s * rnd(1.0 / len(xs))) if recip else rnd(s / len(xs))
+                for n, p in enumerate(parent):
+                    if p >= 0:
+                        d = rnd(V[n] - V[p])
+                        if nonzero[n] != (d != 0) or (d != 0 and abs(d) < 1e-6):
+                            return False
+    return True
+
+
+def random_batch(method, seed, max_len=64, num_seqs=None, params="mixed",
+                 node_order="shuffled"):
+    """A random ragged batch for `method` in the `cac eval` JSON format.
+
+    Lengths 1..max_len (with a length-1 and a max_len sequence when there are enough);
+    num_seqs sequences (random 1..24 when None; for tree methods the number of leaves);
+    params: "default" (only required ones), "random" (drawn from PARAM_CHOICES) or "mixed"
+    (default for odd seeds, random for even ones). Every float is exactly representable in
+    float32; log-probs stay a relative 1e-5 away from the thresholds; group rewards are dyadic
+    so that all-equal groups stay exactly equal. node_order: "shuffled" node ids or "bfs"."""
+    if method not in METHODS:
+        raise RefError(f"unknown method {method}")
+    rng = random.Random(f"cacref:{method}:{seed}")
+    if params == "mixed":
+        params = "default" if seed % 2 else "random"
+    p = _choose_params(method, rng, params)
+    full = resolve_params(METHODS[method][1], p, method)
+    B = num_seqs if num_seqs is not None else rng.randint(1, 24)
+    reward_kind = rng.choice(["binary", "binary", "ternary", "dyadic"])
+    data = {"params": p, "token": {}, "seq": {}}
+
+    def logp_rows(lengths, thresholds):
+        return [[_logp(rng, thresholds) for _ in range(n)] for n in lengths]
+
+    if method in ("spo_tree", "treeadv"):
+        if method == "spo_tree":
+            n_trees = rng.randint(1, max(1, B // 6 + 1))
+            per_tree = lambda r: (max(1, B // n_trees) if r.random() < 0.7
+                                  else r.randint(1, max(1, B // n_trees)))
+            seg_len_for = lambda r: r.choice([1, 2, 3, r.randint(1, max(1, max_len // 4))])
+            thresholds = sorted({full["threshold"], 0.9})
+        else:
+            n_trees = rng.randint(1, max(1, B // 4 + 1))
+            per_tree = lambda r: (max(1, B // n_trees) if r.random() < 0.7
+                                  else r.randint(1, max(1, B // n_trees)))
+            seg_len_for = None
+            thresholds = [0.9]
+        parent, seqs = _tree_batch(rng, max_len, n_trees, per_tree, seg_len_for, node_order,
+                                   thresholds)
+        B = len(seqs)
+        node_rows = [s[0] for s in seqs]
+        data["token"]["logp"] = [s[1] for s in seqs]
+        data["tree"] = {"parent": parent, "node": node_rows}
+        if method == "spo_tree":
+            kind = rng.choice(["binary", "binary", "ternary", "dyadic"])
+            for attempt in range(50):
+                rewards = _rewards(rng, B, kind)
+                if _spo_tree_robust(parent, node_rows, rewards):
+                    break
+            else:
+                rewards = [1.0] * B  # all equal: every advantage is exactly 0
+            data["seq"]["reward"] = rewards
+        else:
+            rewards = _rewards(rng, B, reward_kind)
+            # One group per prompt; a prompt holds one or more trees.
+            tree_ids = sorted({s[2] for s in seqs})
+            n_prompts = rng.randint(1, len(tree_ids))
+            gid_of_prompt = rng.sample(range(1000), n_prompts)
+            prompt_of_tree = {t: gid_of_prompt[min(i * n_prompts // len(tree_ids),
+                                                   n_prompts - 1)]
+                              for i, t in enumerate(tree_ids)}
+            groups = [prompt_of_tree[s[2]] for s in seqs]
+            if rng.random() < 0.3:  # a group with all-equal rewards
+                g = rng.choice(groups)
+                v = _rewards(rng, 1, reward_kind)[0]
+                rewards = [v if gg == g else r for gg, r in zip(groups, rewards)]
+            data["seq"]["reward"] = rewards
+            data["seq"]["group"] = groups
+        return data
+
+    lengths = _lengths(rng, B, max_len)
+    rewards = _rewards(rng, B, reward_kind)
+    data["seq"]["reward"] = rewards
+    if method in ("grpo", "gspo", "rloo"):
+        groups = _groups(rng, B, rewards, reward_kind)
+        if rng.random() < 0.15:
+            # No group ids: one group; give it equal rewards now and then.
+            if rng.random() < 0.3:
+                data["seq"]["reward"] = [rewards[0]] * B
+        else:
+            data["seq"]["group"] = groups
+        data["token"]["logp"] = logp_rows(lengths, [0.9])  # the lengths; objectives use it
+    elif method == "sppo":
+        data["seq"]["value"] = [f32(rng.choice([rng.uniform(0.02, 0.98), 0.001, 0.999, 0.5]))
+                                for _ in range(B)]
+        if reward_kind == "dyadic":  # soft labels in [0, 1]
+            data["seq"]["reward"] = [rng.randint(0, 16) / 16 for _ in range(B)]
+        elif reward_kind == "ternary":
+            data["seq"]["reward"] = [float(rng.random() < 0.5) for _ in range(B)]
+        data["token"]["logp"] = logp_rows(lengths, [0.9])
+    elif method == "gae":
+        data["token"]["value"] = [[_value(rng) for _ in range(n)] for n in lengths]
+    elif method == "sae":
+        data["token"]["value"] = [[_value(rng) for _ in range(n)] for n in lengths]
+        data["token"]["logp"] = logp_rows(lengths, sorted({full["threshold"], 0.2}))
+    elif method == "vineppo":
+        rows = []
+        for n in lengths:
+            q = rng.choice([0.0, 0.05, 0.15, 0.4])
+            row = [1.0 if rng.random() < q else 0.0 for _ in range(n)]
+            if rng.random() < 0.3:
+                row[-1] = 1.0  # a trailing newline
+            rows.append(row)
+        data["token"]["newline"] = rows
+        n_mc = rng.choice([4, 9])
+        data["seg"] = {"mc_value": [[f32(rng.randint(0, n_mc) / n_mc)
+                                     for _ in vineppo_segments(r)] for r in rows]}
+    elif method == "spo_chain":
+        rows = logp_rows(lengths, sorted({full["threshold"], 0.9}))
+        data["token"]["logp"] = rows
+        n_mc = rng.choice([4, 9])
+        mc = []
+        for r in rows:
+            starts, _ = spo_chain_segments(p_old_of(r), full["threshold"],
+                                           as_int("interval", full["interval"], 1),
+                                           flag(full["cut_last"]),
+                                           as_int("count", full["count"], 0))
+            mc.append([f32(rng.randint(0, n_mc) / n_mc) for _ in starts])
+        data["seg"] = {"mc_value": mc}
+    elif method == "sapo":
+        data["token"]["value"] = [[_value(rng) for _ in range(n)] for n in lengths]
+        # Entropies on a 1/64 grid: exact in f32, with deliberate ties (broken by index).
+        data["token"]["entropy"] = [[rng.choice([0, 0, 1, 2, 3, 4, rng.randint(0, 320)]) / 64
+                                     if rng.random() < 0.5 else rng.randint(0, 320) / 64
+                                     for _ in range(n)] for n in lengths]
+    return data
+
+
+def random_objective_batch(name, seed, max_len=32, num_seqs=None):
+    """A random batch for an objective: token logp (old), logp_new, adv, weight, logp_ref;
+    value, value_old, ret; seq value and reward for bce."""
+    rng = random.Random(f"cacref-objective:{name}:{seed}")
+    B = num_seqs if num_seqs is not None else rng.randint(1, 8)
+    lengths = _lengths(rng, B, max_len)
+    data = {"params": {}, "token": {}, "seq": {}}
+    if name == "bce":
+        data["seq"]["value"] = [f32(rng.uniform(0.02, 0.98)) for _ in range(B)]
+        data["seq"]["reward"] = [rng.choice([0.0, 1.0, 0.25]) for _ in range(B)]
+        data["token"]["logp"] = [[-0.1] * n for n in lengths]
+        return data
+    old = [[_logp(rng, [0.9]) for _ in range(n)] for n in lengths]
+    data["token"]["logp"] = old
+    data["token"]["logp_new"] = [[f32(min(0.0, x + rng.gauss(0, 0.2))) for x in r] for r in old]
+    data["token"]["logp_ref"] = [[f32(min(0.0, x + rng.gauss(0, 0.3))) for x in r] for r in old]
+    if rng.random() < 0.5:
+        data["token"]["adv"] = [[f32(rng.uniform(-2, 2))] * n for n in lengths]
+    else:
+        data["token"]["adv"] = [[f32(rng.uniform(-2, 2)) for _ in range(n)] for n in lengths]
+    if rng.random() < 0.5:
+        data["token"]["weight"] = [[1.0 if math.exp(x) < 0.9 else 0.0 for x in r] for r in old]
+    data["token"]["value"] = [[_value(rng) for _ in range(n)] for n in lengths]
+    data["token"]["value_old"] = [[f32(v + rng.uniform(-0.4, 0.4)) for v in r]
+                                  for r in data["token"]["value"]]
+    data["token"]["ret"] = [[_value(rng) for _ in range(n)] for n in lengths]
+    data["token"]["entropy"] = [[rng.randint(0, 320) / 64 for _ in range(n)] for n in lengths]
+    return data
+
+
+# ---------------------------------------------------------------------------------------
+# Command line
+# ---------------------------------------------------------------------------------------
+
+
+def _parse_param(s):
+    k, _, v = s.partition("=")
+    return k, float(v)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    e = sub.add_parser("eval", help="print the output JSON of a method on a batch")
+    e.add_argument("method")
+    e.add_argument("--input", required=True)
+    e.add_argument("--param", action="append", default=[], type=_parse_param)
+    g = sub.add_parser("gen", help="print a random batch")
+    g.add_argument("method")
+    g.add_argument("--seed", type=int, default=1)
+    g.add_argument("--max-len", type=int, default=64)
+    g.add_argument("--num-seqs", type=int)
+    g.add_argument("--params", choices=["mixed", "default", "random"], default="mixed")
+    g.add_argument("--node-order", choices=["shuffled", "bfs"], default="shuffled")
+    o = sub.add_parser("objective", help="print loss and gradient of an objective")
+    o.add_argument("name")
+    o.add_argument("--input", required=True)
+    o.add_argument("--param", action="append", default=[], type=_parse_param)
+    args = ap.parse_args(argv)
+    try:
+        if args.cmd == "eval":
+            with open(args.input) as f:
+                out = evaluate(args.method, json.load(f), dict(args.param))
+        elif args.cmd == "objective":
+            with open(args.input) as f:
+                out = objective(args.name, json.load(f), dict(args.param))
+        else:
+            out = random_batch(args.method, args.seed, args.max_len, args.num_seqs,
+                               args.params, args.node_order)
+    except RefError as err:
+        print(f"cacref: error: {err}", file=sys.stderr)
+        return 1
+    json.dump(out, sys.stdout)
+    sys.stdout.write("\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
