@@ -64,6 +64,8 @@ int main(int argc, char **argv) {
   try {
     BundleEstimator est = BundleEstimator::load(dir);
     const Manifest &m = est.manifest();
+    if (device == "cuda" && !at::hasCUDA())
+      throw BundleError("--device cuda: this LibTorch has no CUDA");
     at::Device dev =
         device == "cuda" ? at::Device(at::kCUDA, 0) : at::Device(at::kCPU);
     at::manual_seed(0);
