@@ -72,19 +72,24 @@ struct PartitionPass
     }
 
     // Cheap values made from top-level operands (broadcast parameters,
-    // positions, lengths) are recomputed in each kernel that reads them
-    // rather than stored in a buffer between kernels.
+    // positions, lengths, and broadcasts of those) are recomputed in each
+    // kernel that reads them rather than stored in a buffer between kernels.
     SmallVector<Operation *> cheap;
+    llvm::SmallPtrSet<Operation *, 16> isCheap;
     for (Operation &op : body) {
-      bool topOperands = llvm::all_of(op.getOperands(), [&](Value v) {
+      bool cheapOperands = llvm::all_of(op.getOperands(), [&](Value v) {
         Operation *def = v.getDefiningOp();
-        return !def || !phase.count(def);
+        return !def || !phase.count(def) || isCheap.contains(def);
       });
-      if (phase.count(&op) && topOperands &&
-          isa<BroadcastOp, PositionOp, LengthOp>(op))
+      if (phase.count(&op) && cheapOperands &&
+          isa<BroadcastOp, PositionOp, LengthOp>(op)) {
         cheap.push_back(&op);
+        isCheap.insert(&op);
+      }
     }
-    for (Operation *op : cheap) {
+    // Users before their operands: the operands of a clone (a length under a
+    // broadcast) are cloned next to it in turn.
+    for (Operation *op : llvm::reverse(cheap)) {
       for (OpOperand &use : llvm::make_early_inc_range(op->getUses())) {
         Operation *user = use.getOwner();
         int64_t up = phase.lookup(user);
