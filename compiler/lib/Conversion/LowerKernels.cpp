@@ -508,7 +508,7 @@ private:
           auto red = cast<ReduceOp>(it.op);
           Value acc = forOp.getRegionIterArgs()[carry++];
           yields.push_back(reduceStep(red, acc, evalTok(red.getOperand(), t),
-                                      i));
+                                      t));
           break;
         }
         case Item::Store:
@@ -542,7 +542,9 @@ private:
     }
   }
 
-  Value reduceStep(ReduceOp red, Value acc, Value x, Value i) {
+  /// One step of a token -> seq reduction at token `t` (an absolute token
+  /// index, so that first/last hold in forward and reverse loops alike).
+  Value reduceStep(ReduceOp red, Value acc, Value x, Value t) {
     switch (red.getKind()) {
     case ReduceKind::Sum:
     case ReduceKind::Mean:
@@ -553,13 +555,13 @@ private:
       return b.create<arith::MaximumFOp>(e.loc, acc, x);
     case ReduceKind::First: {
       Value first = b.create<arith::CmpIOp>(e.loc, arith::CmpIPredicate::eq,
-                                            i, e.i64(0));
+                                            t, start);
       return b.create<arith::SelectOp>(e.loc, first, x, acc);
     }
     case ReduceKind::Last: {
       Value last = b.create<arith::CmpIOp>(
-          e.loc, arith::CmpIPredicate::eq, i,
-          b.create<arith::SubIOp>(e.loc, len, e.i64(1)));
+          e.loc, arith::CmpIPredicate::eq, t,
+          b.create<arith::SubIOp>(e.loc, end, e.i64(1)));
       return b.create<arith::SelectOp>(e.loc, last, x, acc);
     }
     case ReduceKind::Count:

@@ -1,0 +1,177 @@
+// cac-partition groups the operations of an estimator into one cac.kernel per
+// phase: even phases run per sequence (grid seq), odd phases per group. Inputs,
+// parameters and scalar arithmetic stay outside; values that later kernels read
+// are yielded; broadcasts of parameters, positions and lengths are recomputed
+// in each kernel instead of being yielded.
+//
+// RUN: cac-opt %s -split-input-file --pass-pipeline='builtin.module(cac.estimator(cac-partition))' | FileCheck %s
+
+// GAE: everything runs per sequence, in one kernel that yields nothing.
+// CHECK-LABEL: cac.estimator @gae {
+// CHECK-DAG:     %[[VALUE:.*]] = cac.input "value" : <token, f32>
+// CHECK-DAG:     %[[REWARD:.*]] = cac.input "reward" : <seq, f32>
+// CHECK-DAG:     %[[GAMMA:.*]] = cac.param "gamma" default 1.000000e+00 : <scalar, f32>
+// CHECK-DAG:     %[[LAMBDA:.*]] = cac.param "lambda" default 0.94999999999999996 : <scalar, f32>
+// CHECK:         %[[GL:.*]] = cac.binary mul %[[GAMMA]], %[[LAMBDA]] : <scalar, f32>
+// CHECK-NEXT:    cac.kernel seq 0 {
+// CHECK:           %[[LEN:.*]] = cac.length : <seq, f32>
+// CHECK:           %[[POS:.*]] = cac.position : <token, f32>
+// CHECK:           %[[LAST:.*]] = cac.cmp eq %[[POS]], %{{.*}} : <token, f32> -> <token, i1>
+// CHECK:           %[[NEXT:.*]] = cac.shift %[[VALUE]] by 1 fill %{{.*}} : <token, f32>
+// CHECK:           %[[DELTA:.*]] = cac.binary sub %{{.*}}, %[[VALUE]] : <token, f32>
+// CHECK-NEXT:      %[[DECAY:.*]] = cac.broadcast %[[GL]] : <scalar, f32> -> <token, f32>
+// CHECK-NEXT:      %[[ADV:.*]] = cac.scan reverse %[[DELTA]], %[[DECAY]] : <token, f32>
+// CHECK-NEXT:      cac.output "adv" %[[ADV]] : <token, f32>
+// CHECK-NEXT:      %[[RET:.*]] = cac.binary add %[[ADV]], %[[VALUE]] : <token, f32>
+// CHECK-NEXT:      cac.output "ret" %[[RET]] : <token, f32>
+// CHECK-NEXT:    }
+// CHECK-NEXT:  }
+// CHECK-NOT:   cac.kernel
+cac.estimator @gae {
+  %value = cac.input "value" : !cac.field<token, f32>
+  %reward = cac.input "reward" : !cac.field<seq, f32>
+  %gamma = cac.param "gamma" default 1.0 : !cac.field<scalar, f32>
+  %lambda = cac.param "lambda" default 0.95 : !cac.field<scalar, f32>
+  %one = cac.constant 1.0 : f32 : !cac.field<scalar, f32>
+  %len = cac.length : !cac.field<seq, f32>
+  %one_s = cac.broadcast %one : !cac.field<scalar, f32> -> !cac.field<seq, f32>
+  %lastpos = cac.binary sub %len, %one_s : !cac.field<seq, f32>
+  %pos = cac.position : !cac.field<token, f32>
+  %lastpos_t = cac.broadcast %lastpos : !cac.field<seq, f32> -> !cac.field<token, f32>
+  %is_last = cac.cmp eq %pos, %lastpos_t : !cac.field<token, f32> -> !cac.field<token, i1>
+  %zero = cac.constant 0.0 : f32 : !cac.field<scalar, f32>
+  %reward_t = cac.broadcast %reward : !cac.field<seq, f32> -> !cac.field<token, f32>
+  %zero_t = cac.broadcast %zero : !cac.field<scalar, f32> -> !cac.field<token, f32>
+  %r = cac.select %is_last, %reward_t, %zero_t : !cac.field<token, i1>, !cac.field<token, f32>
+  %next = cac.shift %value by 1 fill %zero_t : !cac.field<token, f32>
+  %gamma_t = cac.broadcast %gamma : !cac.field<scalar, f32> -> !cac.field<token, f32>
+  %gnext = cac.binary mul %gamma_t, %next : !cac.field<token, f32>
+  %sum = cac.binary add %r, %gnext : !cac.field<token, f32>
+  %delta = cac.binary sub %sum, %value : !cac.field<token, f32>
+  %gl = cac.binary mul %gamma, %lambda : !cac.field<scalar, f32>
+  %gl_t = cac.broadcast %gl : !cac.field<scalar, f32> -> !cac.field<token, f32>
+  %adv = cac.scan reverse %delta, %gl_t : !cac.field<token, f32>
+  cac.output "adv" %adv : !cac.field<token, f32>
+  %ret = cac.binary add %adv, %value : !cac.field<token, f32>
+  cac.output "ret" %ret : !cac.field<token, f32>
+}
+
+// -----
+
+// GRPO: the group statistics in a group kernel (phase 1), which yields the
+// scale and the mean; the normalisation per sequence in a seq kernel (phase 2).
+// CHECK-LABEL: cac.estimator @grpo {
+// CHECK-DAG:     %[[REWARD:.*]] = cac.input "reward" : <seq, f32>
+// CHECK-DAG:     %[[EPS:.*]] = cac.param "eps"
+// CHECK-DAG:     %[[UNBIASED:.*]] = cac.param "unbiased"
+// CHECK:         %[[COND:.*]] = cac.cmp gt %[[UNBIASED]], %{{.*}} : <scalar, f32> -> <scalar, i1>
+// CHECK:         %[[STATS:.*]]:2 = cac.kernel group 1 {
+// CHECK-DAG:       %[[VARU:.*]] = cac.reduce var_unbiased %[[REWARD]] : <seq, f32> -> <group, f32>
+// CHECK-DAG:       %[[VAR:.*]] = cac.reduce var %[[REWARD]] : <seq, f32> -> <group, f32>
+// CHECK-DAG:       %[[COND_G:.*]] = cac.broadcast %[[COND]] : <scalar, i1> -> <group, i1>
+// CHECK:           %[[V:.*]] = cac.select %[[COND_G]], %[[VARU]], %[[VAR]] : <group, i1>, <group, f32>
+// CHECK:           %[[SQRT:.*]] = cac.unary sqrt %[[V]] : <group, f32>
+// CHECK:           %[[SCALE:.*]] = cac.binary add %[[SQRT]], %{{.*}} : <group, f32>
+// CHECK:           %[[MEAN:.*]] = cac.reduce mean %[[REWARD]] : <seq, f32> -> <group, f32>
+// CHECK-NEXT:      cac.yield %[[SCALE]], %[[MEAN]] : !cac.field<group, f32>, !cac.field<group, f32>
+// CHECK-NEXT:    } : !cac.field<group, f32>, !cac.field<group, f32>
+// CHECK-NEXT:    cac.kernel seq 2 {
+// CHECK-NEXT:      %[[MEAN_S:.*]] = cac.broadcast %[[STATS]]#1 : <group, f32> -> <seq, f32>
+// CHECK-NEXT:      %[[CENTRED:.*]] = cac.binary sub %[[REWARD]], %[[MEAN_S]] : <seq, f32>
+// CHECK-NEXT:      %[[SCALE_S:.*]] = cac.broadcast %[[STATS]]#0 : <group, f32> -> <seq, f32>
+// CHECK-NEXT:      %[[A:.*]] = cac.binary div %[[CENTRED]], %[[SCALE_S]] : <seq, f32>
+// CHECK-NEXT:      %[[A_T:.*]] = cac.broadcast %[[A]] : <seq, f32> -> <token, f32>
+// CHECK-NEXT:      cac.output "adv" %[[A_T]] : <token, f32>
+// CHECK-NEXT:    }
+// CHECK-NEXT:  }
+cac.estimator @grpo {
+  %reward = cac.input "reward" : !cac.field<seq, f32>
+  %eps = cac.param "eps" default 1.0e-6 : !cac.field<scalar, f32>
+  %unbiased = cac.param "unbiased" default 0.0 : !cac.field<scalar, f32>
+  %zero = cac.constant 0.0 : f32 : !cac.field<scalar, f32>
+  %cond = cac.cmp gt %unbiased, %zero : !cac.field<scalar, f32> -> !cac.field<scalar, i1>
+  %varu = cac.reduce var_unbiased %reward : !cac.field<seq, f32> -> !cac.field<group, f32>
+  %var = cac.reduce var %reward : !cac.field<seq, f32> -> !cac.field<group, f32>
+  %cond_g = cac.broadcast %cond : !cac.field<scalar, i1> -> !cac.field<group, i1>
+  %v = cac.select %cond_g, %varu, %var : !cac.field<group, i1>, !cac.field<group, f32>
+  %sqrt = cac.unary sqrt %v : !cac.field<group, f32>
+  %eps_g = cac.broadcast %eps : !cac.field<scalar, f32> -> !cac.field<group, f32>
+  %scale = cac.binary add %sqrt, %eps_g : !cac.field<group, f32>
+  %mean = cac.reduce mean %reward : !cac.field<seq, f32> -> !cac.field<group, f32>
+  %mean_s = cac.broadcast %mean : !cac.field<group, f32> -> !cac.field<seq, f32>
+  %centred = cac.binary sub %reward, %mean_s : !cac.field<seq, f32>
+  %scale_s = cac.broadcast %scale : !cac.field<group, f32> -> !cac.field<seq, f32>
+  %a = cac.binary div %centred, %scale_s : !cac.field<seq, f32>
+  %a_t = cac.broadcast %a : !cac.field<seq, f32> -> !cac.field<token, f32>
+  cac.output "adv" %a_t : !cac.field<token, f32>
+}
+
+// -----
+
+// Three phases: a token -> seq reduction (seq 0), a seq -> group reduction
+// (group 1) with a group output, and a token output that reads both (seq 2).
+// The length under a broadcast is recomputed in kernel 2, not yielded by
+// kernel 0; the broadcast parameter stays in kernel 0, its only reader.
+// CHECK-LABEL: cac.estimator @three_phases {
+// CHECK-DAG:     %[[LOGP:.*]] = cac.input "logp" : <token, f32>
+// CHECK-DAG:     %[[K:.*]] = cac.param "k" : <scalar, f32>
+// CHECK:         %[[K0:.*]] = cac.kernel seq 0 {
+// CHECK-NEXT:      %[[M:.*]] = cac.reduce mean %[[LOGP]] : <token, f32> -> <seq, f32>
+// CHECK-NEXT:      %[[K_S:.*]] = cac.broadcast %[[K]] : <scalar, f32> -> <seq, f32>
+// CHECK-NEXT:      %[[S:.*]] = cac.binary mul %[[M]], %[[K_S]] : <seq, f32>
+// CHECK-NEXT:      cac.yield %[[S]] : !cac.field<seq, f32>
+// CHECK-NEXT:    } : !cac.field<seq, f32>
+// CHECK-NEXT:    %[[K1:.*]] = cac.kernel group 1 {
+// CHECK-NEXT:      %[[GM:.*]] = cac.reduce mean %[[K0]] : <seq, f32> -> <group, f32>
+// CHECK-NEXT:      %[[GX:.*]] = cac.reduce max %[[K0]] : <seq, f32> -> <group, f32>
+// CHECK-NEXT:      cac.output "m" %[[GX]] : <group, f32>
+// CHECK-NEXT:      cac.yield %[[GM]] : !cac.field<group, f32>
+// CHECK-NEXT:    } : !cac.field<group, f32>
+// CHECK-NEXT:    cac.kernel seq 2 {
+// CHECK-NEXT:      %[[GM_T:.*]] = cac.broadcast %[[K1]] : <group, f32> -> <token, f32>
+// CHECK-NEXT:      %[[D:.*]] = cac.binary sub %[[LOGP]], %[[GM_T]] : <token, f32>
+// CHECK-NEXT:      %[[LEN:.*]] = cac.length : <seq, f32>
+// CHECK-NEXT:      %[[LEN_T:.*]] = cac.broadcast %[[LEN]] : <seq, f32> -> <token, f32>
+// CHECK-NEXT:      %[[A:.*]] = cac.binary div %[[D]], %[[LEN_T]] : <token, f32>
+// CHECK-NEXT:      cac.output "adv" %[[A]] : <token, f32>
+// CHECK-NEXT:    }
+// CHECK-NEXT:  }
+cac.estimator @three_phases {
+  %logp = cac.input "logp" : !cac.field<token, f32>
+  %k = cac.param "k" : !cac.field<scalar, f32>
+  %len = cac.length : !cac.field<seq, f32>
+  %len_t = cac.broadcast %len : !cac.field<seq, f32> -> !cac.field<token, f32>
+  %m = cac.reduce mean %logp : !cac.field<token, f32> -> !cac.field<seq, f32>
+  %k_s = cac.broadcast %k : !cac.field<scalar, f32> -> !cac.field<seq, f32>
+  %s = cac.binary mul %m, %k_s : !cac.field<seq, f32>
+  %gm = cac.reduce mean %s : !cac.field<seq, f32> -> !cac.field<group, f32>
+  %gm_t = cac.broadcast %gm : !cac.field<group, f32> -> !cac.field<token, f32>
+  %d = cac.binary sub %logp, %gm_t : !cac.field<token, f32>
+  %a = cac.binary div %d, %len_t : !cac.field<token, f32>
+  cac.output "adv" %a : !cac.field<token, f32>
+  %gx = cac.reduce max %s : !cac.field<seq, f32> -> !cac.field<group, f32>
+  cac.output "m" %gx : !cac.field<group, f32>
+}
+
+// -----
+
+// A broadcast parameter read in two seq kernels is recomputed in each.
+// CHECK-LABEL: cac.estimator @clone_cheap {
+// CHECK:         %[[P:.*]] = cac.param "p"
+// CHECK:         cac.kernel seq 0 {
+// CHECK:           cac.broadcast %[[P]] : <scalar, f32> -> <seq, f32>
+// CHECK:           cac.yield
+// CHECK:         cac.kernel group 1 {
+// CHECK:         cac.kernel seq 2 {
+// CHECK:           cac.broadcast %[[P]] : <scalar, f32> -> <seq, f32>
+// CHECK:           cac.output "y"
+cac.estimator @clone_cheap {
+  %r = cac.input "reward" : !cac.field<seq, f32>
+  %p = cac.param "p" : !cac.field<scalar, f32>
+  %p_s = cac.broadcast %p : !cac.field<scalar, f32> -> !cac.field<seq, f32>
+  %x = cac.binary mul %r, %p_s : !cac.field<seq, f32>
+  %g = cac.reduce sum %x : !cac.field<seq, f32> -> !cac.field<group, f32>
+  %g_s = cac.broadcast %g : !cac.field<group, f32> -> !cac.field<seq, f32>
+  %y = cac.binary add %g_s, %p_s : !cac.field<seq, f32>
+  cac.output "y" %y : !cac.field<seq, f32>
+}
