@@ -10,12 +10,10 @@ scripts/build.sh
 BUILD=${CAC_BUILD_DIR:-build}
 status=0
 (cd "$BUILD" && ctest --output-on-failure -j"$(nproc)") || status=1
-if [ -f test/reference/check_eval.py ]; then
-  for method in gae grpo; do
-    for backend in cpu eager; do
-      python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$method" \
-        --backend "$backend" --seeds 1-6 --max-len 4096 --stdlib stdlib || status=1
-    done
-  done
-fi
+# Every stdlib method against the independent Python reference, both backends.
+methods=$(for f in stdlib/*.cac; do basename "$f" .cac; done | paste -sd, -)
+for backend in cpu eager; do
+  python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$methods" \
+    --backend "$backend" --seeds 1-6 --max-len 4096 --stdlib stdlib || status=1
+done
 exit $status
