@@ -1,0 +1,240 @@
+//===- Transformer.h - Llama/Qwen2 decoder and its KV cache -----*- C++ -*-===//
+//
+// A decoder-only transformer of the Llama/Qwen2 family as a torch::nn::Module:
+// token embedding, N blocks of (RMSNorm, grouped-query attention with RoPE,
+// RMSNorm, SwiGLU MLP), a final RMSNorm and an LM head (optionally tied to the
+// embedding), plus an optional scalar value head for token-level critics.
+//
+// Submodules are registered under the Hugging Face names, so
+// named_parameters() yields exactly the keys of a HF checkpoint:
+// `model.embed_tokens.weight`, `model.layers.{i}.self_attn.q_proj.weight`,
+// ..., `model.norm.weight`, `lm_head.weight` (absent when tied), and
+// `value_head.weight` / `value_head.bias` when the value head is enabled.
+//
+// Batches are padded [B, T] tensors with a boolean attention mask. Padding may
+// be anywhere (left, right, or holes): positions are per row (the number of
+// real tokens before each one), padding keys are masked out, and every query
+// also attends to its own slot so that a padding query's row of the softmax
+// is never empty (no NaN; its output is meaningless and ignored). The same convention
+// holds with a KV cache, which keeps a key mask and the next position of every
+// row, so rows of one batch may hold prefixes of different lengths.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CAC_RUNTIME_MODEL_TRANSFORMER_H
+#define CAC_RUNTIME_MODEL_TRANSFORMER_H
+
+#include "cac/Runtime/Model/Config.h"
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+
+#include <optional>
+#include <vector>
+
+namespace cac::rt {
+
+/// Keys and values of every layer for a batch of rows, plus which slots hold
+/// real tokens. Slot s of every row is written by the same forward call, so
+/// all rows have length() slots; keyMask() says which are real. Forking a
+/// rollout tree is select() with repeated row indices.
+///
+/// A cache belongs to one model (layer count, head shapes, dtype, device are
+/// fixed by the first forward). Caches are meant for inference: forward under
+/// torch::NoGradGuard.
+class KVCache {
+public:
+  /// An empty cache (bind it to a model by passing it to forward()).
+  KVCache() = default;
+
+  /// Number of rows; 0 before the first forward.
+  int64_t batchSize() const { return batch_; }
+  /// Number of slots written so far.
+  int64_t length() const { return length_; }
+  /// Allocated slots (grows geometrically; see reserve()).
+  int64_t capacity() const { return capacity_; }
+  /// [B, length()] bool: which slots hold real tokens.
+  at::Tensor keyMask() const;
+  /// [B] int64: real tokens per row, i.e. the position of each row's next
+  /// token.
+  const at::Tensor &nextPositions() const { return nextPos_; }
+  /// Keys of layer \p layer, [B, num_kv_heads, length(), head_dim].
+  at::Tensor keys(int64_t layer) const;
+  /// Values of layer \p layer, [B, num_kv_heads, length(), head_dim].
+  at::Tensor values(int64_t layer) const;
+  /// Bytes held by the key/value buffers (capacity, not length).
+  int64_t memoryBytes() const;
+
+  /// Makes room for \p slots slots in total so later forwards do not copy.
+  void reserve(int64_t slots);
+  /// A new cache whose row i is row \p rows[i] of this one (rows may repeat:
+  /// that is a fork). \p extraCapacity slots are reserved beyond length().
+  KVCache select(const at::Tensor &rows, int64_t extraCapacity = 0) const;
+  /// select() with a list of row indices.
+  KVCache select(const std::vector<int64_t> &rows,
+                 int64_t extraCapacity = 0) const;
+  /// A fork at an earlier position: like select(), but row i keeps only the
+  /// first \p keep[i] real tokens of row \p rows[i] (token positions below
+  /// keep[i]); its later slots become padding, and its next token goes to
+  /// position keep[i]. Each keep[i] must lie in [0, nextPositions() of that
+  /// row]. Trailing slots that no row keeps are dropped.
+  KVCache selectPrefix(const std::vector<int64_t> &rows,
+                       const std::vector<int64_t> &keep,
+                       int64_t extraCapacity = 0) const;
+
+  /// Called by the model: starts a forward of \p inputMask ([B, T] bool),
+  /// growing the buffers and recording the new slots in the key mask.
+  /// Returns the key mask over the first length() + T slots.
+  at::Tensor beginStep(const at::Tensor &inputMask);
+  /// Called by each attention layer: stores the new keys and values
+  /// ([B, Hkv, T, D]) and returns views of all of the layer's slots.
+  std::pair<at::Tensor, at::Tensor> write(int64_t layer, const at::Tensor &k,
+                                          const at::Tensor &v);
+  /// Called by the model after the last layer: commits the T slots.
+  void endStep(const at::Tensor &inputMask);
+
+private:
+  void grow(int64_t slots);
+  std::vector<at::Tensor> keys_, values_; // [B, Hkv, capacity, D] each
+  at::Tensor mask_;                       // [B, capacity] bool
+  at::Tensor nextPos_;                    // [B] int64
+  int64_t batch_ = 0, length_ = 0, capacity_ = 0, reserved_ = 0;
+  int64_t pending_ = 0; // T of the forward in progress
+};
+
+/// Root-mean-square layer norm, computed in float32 (as HF does).
+class RMSNormImpl : public torch::nn::Module {
+public:
+  RMSNormImpl(int64_t dim, double eps);
+  at::Tensor forward(const at::Tensor &x);
+  at::Tensor weight;
+  double eps;
+};
+TORCH_MODULE(RMSNorm);
+
+/// Grouped-query self-attention with rotary position embeddings.
+class AttentionImpl : public torch::nn::Module {
+public:
+  AttentionImpl(const ModelConfig &config, int64_t layerIndex);
+  /// \p x [B, T, H]; \p cos, \p sin [B, 1, T, D]; \p bias [B, 1, 1, T, S]
+  /// additive mask; \p cache may be null.
+  at::Tensor forward(const at::Tensor &x, const at::Tensor &cos,
+                     const at::Tensor &sin, const at::Tensor &bias,
+                     KVCache *cache);
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr},
+      o_proj{nullptr};
+
+private:
+  int64_t layer_, numHeads_, numKvHeads_, headDim_;
+};
+TORCH_MODULE(Attention);
+
+/// SwiGLU feed-forward: down(silu(gate(x)) * up(x)).
+class MlpImpl : public torch::nn::Module {
+public:
+  explicit MlpImpl(const ModelConfig &config);
+  at::Tensor forward(const at::Tensor &x);
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(Mlp);
+
+/// One pre-norm transformer block.
+class DecoderLayerImpl : public torch::nn::Module {
+public:
+  DecoderLayerImpl(const ModelConfig &config, int64_t layerIndex);
+  at::Tensor forward(const at::Tensor &x, const at::Tensor &cos,
+                     const at::Tensor &sin, const at::Tensor &bias,
+                     KVCache *cache);
+  Attention self_attn{nullptr};
+  Mlp mlp{nullptr};
+  RMSNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+};
+TORCH_MODULE(DecoderLayer);
+
+/// The `model.` part of a HF causal LM: embedding, blocks, final norm.
+class DecoderStackImpl : public torch::nn::Module {
+public:
+  explicit DecoderStackImpl(const ModelConfig &config);
+  torch::nn::Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  RMSNorm norm{nullptr};
+  std::vector<DecoderLayer> blocks;
+};
+TORCH_MODULE(DecoderStack);
+
+/// The causal language model (Llama/Qwen2 family), optionally with a value
+/// head. Parameters are created in float32 on the CPU; use to() to move or
+/// cast the model.
+class TransformerLMImpl : public torch::nn::Module {
+public:
+  /// A randomly initialized model (initWeights with std 0.02 and the global
+  /// generator); \p valueHead adds the critic head.
+  explicit TransformerLMImpl(ModelConfig config, bool valueHead = false);
+
+  /// Final-norm hidden states [B, T, hidden] of \p inputIds [B, T] (int64).
+  ///
+  /// \p attentionMask [B, T] (bool or integer; 1 = real token) defaults to
+  /// all ones. \p positions [B, T] defaults to the count of real tokens
+  /// before each token in the row (plus the cache's next position). With a
+  /// \p cache the T tokens are appended to it and attend to everything the
+  /// cache holds; without one they attend causally among themselves.
+  at::Tensor forwardHidden(const at::Tensor &inputIds,
+                           const at::Tensor &attentionMask = {},
+                           KVCache *cache = nullptr,
+                           const at::Tensor &positions = {});
+  /// Logits [B, T, vocab] (forwardHidden followed by lmHead).
+  at::Tensor forward(const at::Tensor &inputIds,
+                     const at::Tensor &attentionMask = {},
+                     KVCache *cache = nullptr,
+                     const at::Tensor &positions = {});
+  /// Logits of hidden states [..., hidden] (the tied embedding or lm_head).
+  at::Tensor lmHead(const at::Tensor &hidden);
+  /// Scalar values [...] of hidden states [..., hidden]; throws if the model
+  /// has no value head.
+  at::Tensor valueHead(const at::Tensor &hidden);
+
+  bool hasValueHead() const { return !value_head.is_empty(); }
+  /// Adds a value head (normal(0, std) weight, zero bias) if absent.
+  void addValueHead(double std = 0.02);
+  /// Re-initializes every parameter: normal(0, std) for linear and embedding
+  /// weights, zeros for biases, ones for norms.
+  void initWeights(double std = 0.02,
+                   std::optional<at::Generator> generator = std::nullopt);
+
+  const ModelConfig &config() const { return config_; }
+  /// Number of scalar parameters.
+  int64_t numParameters() const;
+  /// The device of the parameters.
+  torch::Device device() const;
+
+  DecoderStack model{nullptr};
+  torch::nn::Linear lm_head{nullptr};
+  torch::nn::Linear value_head{nullptr};
+
+private:
+  /// cos/sin [B, 1, T, D] of \p positions, in \p dtype.
+  std::pair<at::Tensor, at::Tensor> rope(const at::Tensor &positions,
+                                         at::ScalarType dtype);
+  ModelConfig config_;
+  at::Tensor invFreq_; // float32, on the parameters' device
+};
+TORCH_MODULE(TransformerLM);
+
+/// The additive attention mask [B, 1, 1, T, S] for T queries appended after
+/// \p past cached slots: query t of row b sees key s when keyMask[b, s] and
+/// s <= past + t, and always sees itself. -inf elsewhere.
+at::Tensor attentionBias(const at::Tensor &keyMask, int64_t past, int64_t T,
+                         at::ScalarType dtype);
+
+/// Log-probabilities [B, T-1] of each next token in \p inputIds under
+/// \p logits [B, T, V] divided by \p temperature (the training loop's
+/// per-token logp, on the same footing as Decoder's recorded logprobs).
+at::Tensor tokenLogProbs(const at::Tensor &logits, const at::Tensor &inputIds,
+                         double temperature = 1.0);
+
+} // namespace cac::rt
+
+#endif // CAC_RUNTIME_MODEL_TRANSFORMER_H

@@ -1,0 +1,491 @@
+//===- Generation.cpp - Batched sampling with a KV cache ------------------===//
+
+#include "cac/Runtime/Model/Generation.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+
+namespace cac::rt {
+
+const char *finishReasonName(FinishReason reason) {
+  switch (reason) {
+  case FinishReason::None:
+    return "none";
+  case FinishReason::Stop:
+    return "stop";
+  case FinishReason::Length:
+    return "length";
+  }
+  return "?";
+}
+
+at::Generator makeGenerator(uint64_t seed) {
+  return at::detail::createCPUGenerator(seed);
+}
+
+SampledTokens sampleTokens(const at::Tensor &logitsIn,
+                           const SamplingOptions &options, at::Generator &gen) {
+  if (logitsIn.dim() != 2)
+    throw std::runtime_error("sampleTokens: logits must be [B, V]");
+  int64_t B = logitsIn.size(0), V = logitsIn.size(1);
+  at::Tensor logits = logitsIn.to(at::kFloat);
+  bool greedy = options.temperature <= 0;
+  at::Tensor logp = at::log_softmax(
+      greedy ? logits : logits / options.temperature, -1); // [B, V]
+  at::Tensor probs = logp.exp();
+  // 0 * -inf would be NaN for tokens of probability zero.
+  at::Tensor entropy =
+      -at::where(probs > 0, probs * logp, at::zeros_like(probs)).sum(-1);
+
+  at::Tensor tokens;
+  if (greedy || B == 0) {
+    tokens = logp.argmax(-1);
+  } else {
+    at::Tensor filtered = logp;
+    if (options.topK > 0 && options.topK < V) {
+      at::Tensor kth = std::get<0>(filtered.topk(options.topK, -1))
+                           .narrow(-1, options.topK - 1, 1);
+      filtered = filtered.masked_fill(filtered < kth,
+                                      -std::numeric_limits<float>::infinity());
+    }
+    at::Tensor p = filtered.exp();
+    at::Tensor order;
+    if (options.topP < 1.0) {
+      auto sorted = p.sort(-1, /*descending=*/true);
+      at::Tensor sp = std::get<0>(sorted);
+      order = std::get<1>(sorted);
+      at::Tensor before = sp.cumsum(-1) - sp; // mass strictly before each
+      sp = sp.masked_fill(before >= options.topP, 0.0);
+      p = sp; // in sorted order from here on
+    }
+    // Inverse-CDF sampling with one CPU uniform per row: deterministic from
+    // the generator on any device.
+    at::Tensor u = at::rand({B, 1}, gen, at::kFloat).to(p.device());
+    at::Tensor cdf = p.cumsum(-1);
+    at::Tensor target = u * cdf.narrow(-1, V - 1, 1);
+    at::Tensor idx = at::searchsorted(cdf, target, /*out_int32=*/false,
+                                      /*right=*/true)
+                         .clamp_max(V - 1);
+    // A zero-probability index can only come from rounding at the very end
+    // of the CDF; step back to the last token with mass.
+    at::Tensor pickedP = p.gather(-1, idx);
+    if ((pickedP <= 0).any().item<bool>()) {
+      at::Tensor lastPos =
+          (at::arange(V, p.options().dtype(at::kLong)).unsqueeze(0) *
+           (p > 0).to(at::kLong))
+              .argmax(-1, /*keepdim=*/true);
+      idx = at::where(pickedP > 0, idx, lastPos);
+    }
+    tokens = order.defined() ? order.gather(-1, idx).squeeze(-1)
+                             : idx.squeeze(-1);
+  }
+  at::Tensor chosenLogp = logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1);
+  return {tokens.to(at::kCPU, at::kLong), chosenLogp.to(at::kCPU),
+          entropy.to(at::kCPU)};
+}
+
+Decoder::Decoder(TransformerLM model, SamplingOptions options,
+                 const Tokenizer *tokenizer)
+    : model_(std::move(model)), options_(std::move(options)),
+      tokenizer_(tokenizer), cached_(options_.useCache) {
+  if (!options_.stopStrings.empty() && !tokenizer_)
+    throw std::runtime_error("Decoder: stop strings need a tokenizer");
+  if (options_.maxNewTokens < 0)
+    throw std::runtime_error("Decoder: maxNewTokens must be >= 0");
+  if (options_.topP <= 0 || options_.topP > 1)
+    throw std::runtime_error("Decoder: topP must be in (0, 1]");
+}
+
+int64_t Decoder::numUnfinished() const {
+  int64_t n = 0;
+  for (const auto &r : rows_)
+    n += r.finished() ? 0 : 1;
+  return n;
+}
+
+void Decoder::start(const std::vector<std::vector<int64_t>> &prompts) {
+  if (started_)
+    throw std::runtime_error("Decoder: start() may be called only once");
+  started_ = true;
+  const ModelConfig &cfg = model_->config();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    const auto &p = prompts[i];
+    if (p.empty())
+      throw std::runtime_error("Decoder: prompt " + std::to_string(i) +
+                               " is empty (start it with BOS)");
+    for (int64_t id : p)
+      if (id < 0 || id >= cfg.vocabSize)
+        throw std::runtime_error("Decoder: prompt " + std::to_string(i) +
+                                 " holds token id " + std::to_string(id) +
+                                 " outside the vocabulary of " +
+                                 std::to_string(cfg.vocabSize));
+    if (static_cast<int64_t>(p.size()) >= cfg.maxPositionEmbeddings)
+      throw std::runtime_error(
+          "Decoder: prompt " + std::to_string(i) + " has " +
+          std::to_string(p.size()) + " tokens; the model holds " +
+          std::to_string(cfg.maxPositionEmbeddings) + " positions");
+    GeneratedSequence s;
+    s.prompt = p;
+    rows_.push_back(std::move(s));
+    cacheRow_.push_back(-1); // set by prefillAll
+    textSearched_.push_back(0);
+  }
+  for (size_t i = 0; i < rows_.size(); ++i)
+    if (options_.maxNewTokens == 0)
+      rows_[i].finish = FinishReason::Length;
+  if (!cached_ || prompts.empty() || options_.maxNewTokens == 0)
+    return;
+
+  prefillAll();
+}
+
+namespace {
+
+/// Rows' prompts and tokens, right-padded: ids and mask [B, L] and the index
+/// of each row's last real token.
+struct PackedRows {
+  at::Tensor ids, mask, last;
+};
+
+PackedRows packRows(const std::vector<const GeneratedSequence *> &rows,
+                    int64_t padId, torch::Device dev) {
+  int64_t B = rows.size(), L = 0;
+  for (const GeneratedSequence *s : rows)
+    L = std::max<int64_t>(L, s->prompt.size() + s->tokens.size());
+  std::vector<int64_t> ids(B * L, padId), last(B);
+  std::vector<uint8_t> mask(B * L, 0);
+  for (int64_t b = 0; b < B; ++b) {
+    const GeneratedSequence &s = *rows[b];
+    auto it = std::copy(s.prompt.begin(), s.prompt.end(), ids.begin() + b * L);
+    std::copy(s.tokens.begin(), s.tokens.end(), it);
+    int64_t n = s.prompt.size() + s.tokens.size();
+    std::fill_n(mask.begin() + b * L, n, 1);
+    last[b] = n - 1;
+  }
+  return {at::tensor(ids, at::kLong).view({B, L}).to(dev),
+          at::tensor(mask, at::kByte).view({B, L}).to(dev, at::kBool),
+          at::tensor(last, at::kLong).to(dev)};
+}
+
+} // namespace
+
+void Decoder::prefillAll() {
+  torch::NoGradGuard noGrad;
+  std::vector<const GeneratedSequence *> live;
+  int64_t remaining = 0;
+  for (size_t r = 0; r < rows_.size(); ++r) {
+    cacheRow_[r] = -1;
+    if (rows_[r].finished())
+      continue;
+    cacheRow_[r] = static_cast<int64_t>(live.size());
+    live.push_back(&rows_[r]);
+    remaining = std::max<int64_t>(
+        remaining,
+        options_.maxNewTokens - static_cast<int64_t>(rows_[r].tokens.size()));
+  }
+  cache_ = KVCache();
+  nextLogits_ = at::Tensor();
+  if (live.empty())
+    return;
+  auto dev = model_->device();
+  PackedRows p = packRows(live, options_.padId, dev);
+  cache_.reserve(p.ids.size(1) + remaining);
+  at::Tensor h = model_->forwardHidden(p.ids, p.mask, &cache_);
+  at::Tensor hLast = h.index({at::arange(p.ids.size(0), p.last.options()),
+                              p.last});
+  nextLogits_ = model_->lmHead(hLast).to(at::kFloat);
+}
+
+at::Tensor Decoder::logitsFor(const std::vector<int64_t> &rows) {
+  auto dev = model_->device();
+  if (cached_) {
+    std::vector<int64_t> idx;
+    idx.reserve(rows.size());
+    for (int64_t r : rows)
+      idx.push_back(cacheRow_[r]);
+    return nextLogits_.index_select(0, at::tensor(idx, at::kLong).to(dev));
+  }
+  // Uncached: run every row's whole sequence again.
+  torch::NoGradGuard noGrad;
+  std::vector<const GeneratedSequence *> seqs;
+  for (int64_t r : rows)
+    seqs.push_back(&rows_[r]);
+  PackedRows p = packRows(seqs, options_.padId, dev);
+  at::Tensor h = model_->forwardHidden(p.ids, p.mask, nullptr);
+  return model_
+      ->lmHead(h.index({at::arange(p.ids.size(0), p.last.options()), p.last}))
+      .to(at::kFloat);
+}
+
+std::string Decoder::decodeText(const std::vector<int64_t> &ids) const {
+  try {
+    return tokenizer_->decode(ids, /*skipSpecialTokens=*/true);
+  } catch (const std::exception &) {
+    // Some id is unknown to the tokenizer; drop those ids (decoding is a
+    // concatenation per token for both tokenizers, so the rest is exact).
+  }
+  std::vector<int64_t> known;
+  for (int64_t id : ids) {
+    try {
+      tokenizer_->decode({id}, /*skipSpecialTokens=*/true);
+      known.push_back(id);
+    } catch (const std::exception &) {
+    }
+  }
+  return tokenizer_->decode(known, /*skipSpecialTokens=*/true);
+}
+
+void Decoder::finishChecks(int64_t row) {
+  GeneratedSequence &s = rows_[row];
+  int64_t tok = s.tokens.back();
+  if (std::find(options_.stopTokens.begin(), options_.stopTokens.end(), tok) !=
+      options_.stopTokens.end())
+    s.finish = FinishReason::Stop;
+  if (!s.finished() && !options_.stopStrings.empty()) {
+    std::string text = decodeText(s.tokens);
+    size_t best = std::string::npos;
+    const std::string *which = nullptr;
+    for (const std::string &stop : options_.stopStrings) {
+      if (stop.empty())
+        continue;
+      size_t from = textSearched_[row] >= stop.size()
+                        ? textSearched_[row] - stop.size() + 1
+                        : 0;
+      size_t at = text.find(stop, from);
+      if (at != std::string::npos && at < best) {
+        best = at;
+        which = &stop;
+      }
+    }
+    textSearched_[row] = text.size();
+    if (which) {
+      s.finish = FinishReason::Stop;
+      s.stopString = *which;
+      s.text = text.substr(0, best);
+      return;
+    }
+  }
+  if (!s.finished()) {
+    int64_t total = s.prompt.size() + s.tokens.size();
+    if (static_cast<int64_t>(s.tokens.size()) >= options_.maxNewTokens ||
+        total >= model_->config().maxPositionEmbeddings)
+      s.finish = FinishReason::Length;
+  }
+  if (s.finished() && tokenizer_)
+    s.text = decodeText(s.tokens);
+}
+
+int64_t Decoder::step(at::Generator &gen) {
+  if (!started_)
+    throw std::runtime_error("Decoder: step() before start()");
+  std::vector<int64_t> active;
+  for (size_t r = 0; r < rows_.size(); ++r)
+    if (!rows_[r].finished())
+      active.push_back(static_cast<int64_t>(r));
+  if (active.empty())
+    return 0;
+  torch::NoGradGuard noGrad;
+  at::Tensor logits = logitsFor(active);
+  SampledTokens sampled = sampleTokens(logits, options_, gen);
+  auto tok = sampled.tokens.accessor<int64_t, 1>();
+  auto lp = sampled.logprobs.accessor<float, 1>();
+  auto ent = sampled.entropies.accessor<float, 1>();
+  std::vector<int64_t> still;
+  for (size_t i = 0; i < active.size(); ++i) {
+    GeneratedSequence &s = rows_[active[i]];
+    s.tokens.push_back(tok[i]);
+    s.logprobs.push_back(lp[i]);
+    s.entropies.push_back(ent[i]);
+    finishChecks(active[i]);
+    if (s.finished())
+      cacheRow_[active[i]] = -1;
+    else
+      still.push_back(active[i]);
+  }
+  if (still.empty() || !cached_)
+    return static_cast<int64_t>(still.size());
+
+  auto dev = model_->device();
+  // Drop finished rows from the cache once they are half of it.
+  if (static_cast<int64_t>(still.size()) * 2 <= cache_.batchSize()) {
+    std::vector<int64_t> keep;
+    int64_t remaining = 0;
+    for (int64_t r : still) {
+      keep.push_back(cacheRow_[r]);
+      cacheRow_[r] = static_cast<int64_t>(keep.size()) - 1;
+      remaining = std::max<int64_t>(
+          remaining, options_.maxNewTokens -
+                         static_cast<int64_t>(rows_[r].tokens.size()));
+    }
+    cache_ = cache_.select(keep, remaining);
+  }
+  int64_t Bc = cache_.batchSize();
+  std::vector<int64_t> ids(Bc, options_.padId);
+  std::vector<uint8_t> mask(Bc, 0);
+  for (int64_t r : still) {
+    ids[cacheRow_[r]] = rows_[r].tokens.back();
+    mask[cacheRow_[r]] = 1;
+  }
+  at::Tensor idsT = at::tensor(ids, at::kLong).view({Bc, 1}).to(dev);
+  at::Tensor maskT = at::tensor(mask, at::kByte).view({Bc, 1}).to(dev, at::kBool);
+  at::Tensor h = model_->forwardHidden(idsT, maskT, &cache_);
+  nextLogits_ = model_->lmHead(h.select(1, 0)).to(at::kFloat);
+  return static_cast<int64_t>(still.size());
+}
+
+void Decoder::run(at::Generator &gen, int64_t maxSteps) {
+  for (int64_t i = 0; maxSteps < 0 || i < maxSteps; ++i)
+    if (step(gen) == 0)
+      break;
+}
+
+Decoder Decoder::fork(const std::vector<int64_t> &rows) const {
+  Decoder d(model_, options_, tokenizer_);
+  d.started_ = true;
+  std::vector<int64_t> cacheIdx;
+  int64_t remaining = 0;
+  for (int64_t r : rows) {
+    if (r < 0 || r >= static_cast<int64_t>(rows_.size()))
+      throw std::runtime_error("Decoder::fork: row " + std::to_string(r) +
+                               " out of range [0, " +
+                               std::to_string(rows_.size()) + ")");
+    d.rows_.push_back(rows_[r]);
+    d.textSearched_.push_back(textSearched_[r]);
+    if (cached_ && !rows_[r].finished()) {
+      d.cacheRow_.push_back(static_cast<int64_t>(cacheIdx.size()));
+      cacheIdx.push_back(cacheRow_[r]);
+      remaining = std::max<int64_t>(
+          remaining,
+          options_.maxNewTokens - static_cast<int64_t>(rows_[r].tokens.size()));
+    } else {
+      d.cacheRow_.push_back(-1);
+    }
+  }
+  if (!cacheIdx.empty()) {
+    d.cache_ = cache_.select(cacheIdx, remaining);
+    d.nextLogits_ = nextLogits_.index_select(
+        0, at::tensor(cacheIdx, at::kLong).to(nextLogits_.device()));
+  }
+  return d;
+}
+
+Decoder Decoder::forkAt(const std::vector<int64_t> &rows,
+                        const std::vector<int64_t> &numTokens) const {
+  if (rows.size() != numTokens.size())
+    throw std::runtime_error("Decoder::forkAt: " + std::to_string(rows.size()) +
+                             " rows but " + std::to_string(numTokens.size()) +
+                             " token counts");
+  Decoder d(model_, options_, tokenizer_);
+  d.started_ = true;
+  bool live = cached_;
+  int64_t maxPos = model_->config().maxPositionEmbeddings;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    int64_t r = rows[i], n = numTokens[i];
+    if (r < 0 || r >= static_cast<int64_t>(rows_.size()))
+      throw std::runtime_error("Decoder::forkAt: row " + std::to_string(r) +
+                               " out of range [0, " +
+                               std::to_string(rows_.size()) + ")");
+    const GeneratedSequence &src = rows_[r];
+    if (n < 0 || n > static_cast<int64_t>(src.tokens.size()))
+      throw std::runtime_error("Decoder::forkAt: row " + std::to_string(r) +
+                               " has " + std::to_string(src.tokens.size()) +
+                               " generated tokens, cannot keep " +
+                               std::to_string(n));
+    GeneratedSequence s;
+    s.prompt = src.prompt;
+    s.tokens.assign(src.tokens.begin(), src.tokens.begin() + n);
+    s.logprobs.assign(src.logprobs.begin(), src.logprobs.begin() + n);
+    s.entropies.assign(src.entropies.begin(), src.entropies.begin() + n);
+    if (n >= options_.maxNewTokens ||
+        static_cast<int64_t>(s.prompt.size()) + n >= maxPos)
+      s.finish = FinishReason::Length;
+    size_t searched = 0;
+    if (tokenizer_) {
+      std::string text = decodeText(s.tokens);
+      searched = text.size();
+      if (s.finished())
+        s.text = std::move(text);
+    }
+    if (!s.finished() && cacheRow_[r] < 0)
+      live = false;
+    d.rows_.push_back(std::move(s));
+    d.textSearched_.push_back(searched);
+    d.cacheRow_.push_back(-1);
+  }
+  if (!cached_)
+    return d;
+  if (!live) {
+    d.prefillAll();
+    return d;
+  }
+  // Every source row still has its cache: keep all but the last token of
+  // each prefix and run that token again to get the next-token logits.
+  torch::NoGradGuard noGrad;
+  std::vector<int64_t> src, keep, feed;
+  int64_t remaining = 0;
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const GeneratedSequence &s = d.rows_[i];
+    if (s.finished())
+      continue;
+    d.cacheRow_[i] = static_cast<int64_t>(src.size());
+    src.push_back(cacheRow_[rows[i]]);
+    int64_t n = static_cast<int64_t>(s.tokens.size());
+    keep.push_back(static_cast<int64_t>(s.prompt.size()) + n - 1);
+    feed.push_back(n > 0 ? s.tokens.back() : s.prompt.back());
+    remaining = std::max<int64_t>(remaining, options_.maxNewTokens - n);
+  }
+  if (src.empty())
+    return d;
+  d.cache_ = cache_.selectPrefix(src, keep, remaining + 1);
+  auto dev = model_->device();
+  int64_t B = static_cast<int64_t>(feed.size());
+  at::Tensor ids = at::tensor(feed, at::kLong).view({B, 1}).to(dev);
+  at::Tensor mask =
+      at::ones({B, 1}, at::TensorOptions().dtype(at::kBool).device(dev));
+  at::Tensor h = d.model_->forwardHidden(ids, mask, &d.cache_);
+  d.nextLogits_ = d.model_->lmHead(h.select(1, 0)).to(at::kFloat);
+  return d;
+}
+
+at::Tensor Decoder::nextTokenLogits() {
+  torch::NoGradGuard noGrad;
+  int64_t V = model_->config().vocabSize;
+  at::Tensor out = at::zeros({static_cast<int64_t>(rows_.size()), V},
+                             at::TensorOptions().dtype(at::kFloat).device(
+                                 model_->device()));
+  std::vector<int64_t> active;
+  for (size_t r = 0; r < rows_.size(); ++r)
+    if (!rows_[r].finished())
+      active.push_back(static_cast<int64_t>(r));
+  if (active.empty() || !started_)
+    return out;
+  out.index_copy_(0, at::tensor(active, at::kLong).to(out.device()),
+                  logitsFor(active));
+  return out;
+}
+
+std::vector<GeneratedSequence>
+generate(TransformerLM model, const std::vector<std::vector<int64_t>> &prompts,
+         const SamplingOptions &options, at::Generator &gen,
+         const Tokenizer *tokenizer, int64_t samplesPerPrompt) {
+  if (samplesPerPrompt < 1)
+    throw std::runtime_error("generate: samplesPerPrompt must be >= 1");
+  Decoder base(std::move(model), options, tokenizer);
+  base.start(prompts);
+  if (samplesPerPrompt == 1) {
+    base.run(gen);
+    return base.sequences();
+  }
+  std::vector<int64_t> rows;
+  for (size_t p = 0; p < prompts.size(); ++p)
+    for (int64_t k = 0; k < samplesPerPrompt; ++k)
+      rows.push_back(static_cast<int64_t>(p));
+  Decoder d = base.fork(rows);
+  d.run(gen);
+  return d.sequences();
+}
+
+} // namespace cac::rt

@@ -1,0 +1,522 @@
+//===- Transformer.cpp - Llama/Qwen2 decoder and its KV cache -------------===//
+
+#include "cac/Runtime/Model/Transformer.h"
+
+#include <torch/nn/init.h>
+
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+namespace cac::rt {
+
+namespace {
+
+std::string shapeOf(const at::Tensor &t) {
+  std::string s = "[";
+  for (int64_t i = 0; i < t.dim(); ++i)
+    s += (i ? ", " : "") + std::to_string(t.size(i));
+  return s + "]";
+}
+
+at::Tensor rotateHalf(const at::Tensor &x) {
+  int64_t half = x.size(-1) / 2;
+  return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// KVCache
+//===----------------------------------------------------------------------===//
+
+at::Tensor KVCache::keyMask() const {
+  if (!mask_.defined())
+    return at::zeros({0, 0}, at::kBool);
+  return mask_.narrow(1, 0, length_);
+}
+
+at::Tensor KVCache::keys(int64_t layer) const {
+  return keys_.at(layer).narrow(2, 0, length_);
+}
+
+at::Tensor KVCache::values(int64_t layer) const {
+  return values_.at(layer).narrow(2, 0, length_);
+}
+
+int64_t KVCache::memoryBytes() const {
+  int64_t n = 0;
+  for (const auto &t : keys_)
+    if (t.defined())
+      n += t.numel() * t.element_size();
+  for (const auto &t : values_)
+    if (t.defined())
+      n += t.numel() * t.element_size();
+  return n;
+}
+
+void KVCache::reserve(int64_t slots) {
+  reserved_ = std::max(reserved_, slots);
+  if (batch_ > 0 && slots > capacity_)
+    grow(slots);
+}
+
+void KVCache::grow(int64_t slots) {
+  if (slots <= capacity_)
+    return;
+  auto regrow = [&](at::Tensor &t, int64_t dim) {
+    if (!t.defined())
+      return;
+    std::vector<int64_t> shape = t.sizes().vec();
+    shape[dim] = slots;
+    at::Tensor n = at::zeros(shape, t.options());
+    n.narrow(dim, 0, length_).copy_(t.narrow(dim, 0, length_));
+    t = n;
+  };
+  for (auto &t : keys_)
+    regrow(t, 2);
+  for (auto &t : values_)
+    regrow(t, 2);
+  regrow(mask_, 1);
+  capacity_ = slots;
+}
+
+at::Tensor KVCache::beginStep(const at::Tensor &inputMask) {
+  int64_t B = inputMask.size(0), T = inputMask.size(1);
+  if (batch_ == 0) {
+    batch_ = B;
+    mask_ = at::zeros({B, 0}, inputMask.options().dtype(at::kBool));
+    nextPos_ = at::zeros({B}, inputMask.options().dtype(at::kLong));
+  } else if (B != batch_) {
+    throw std::runtime_error("KV cache holds " + std::to_string(batch_) +
+                             " rows but the input has " + std::to_string(B));
+  }
+  int64_t need = length_ + T;
+  if (need > capacity_)
+    grow(std::max({need, reserved_, capacity_ + capacity_ / 2}));
+  mask_.narrow(1, length_, T).copy_(inputMask);
+  pending_ = T;
+  return mask_.narrow(1, 0, need);
+}
+
+std::pair<at::Tensor, at::Tensor>
+KVCache::write(int64_t layer, const at::Tensor &k, const at::Tensor &v) {
+  if (layer >= static_cast<int64_t>(keys_.size())) {
+    keys_.resize(layer + 1);
+    values_.resize(layer + 1);
+  }
+  at::Tensor &K = keys_[layer];
+  at::Tensor &V = values_[layer];
+  int64_t T = k.size(2);
+  if (T != pending_)
+    throw std::runtime_error("KV cache: write of " + std::to_string(T) +
+                             " slots outside beginStep");
+  if (!K.defined()) {
+    if (length_ != 0)
+      throw std::runtime_error("KV cache: layer " + std::to_string(layer) +
+                               " missing from earlier steps");
+    K = at::zeros({batch_, k.size(1), capacity_, k.size(3)}, k.options());
+    V = at::zeros({batch_, v.size(1), capacity_, v.size(3)}, v.options());
+  } else if (K.size(1) != k.size(1) || K.size(3) != k.size(3)) {
+    throw std::runtime_error("KV cache: layer " + std::to_string(layer) +
+                             " holds keys " + shapeOf(K) +
+                             ", cannot append " + shapeOf(k) +
+                             " (a cache of another model?)");
+  }
+  K.narrow(2, length_, T).copy_(k);
+  V.narrow(2, length_, T).copy_(v);
+  return {K.narrow(2, 0, length_ + T), V.narrow(2, 0, length_ + T)};
+}
+
+void KVCache::endStep(const at::Tensor &inputMask) {
+  length_ += pending_;
+  nextPos_ = nextPos_ + inputMask.sum(1).to(at::kLong);
+  pending_ = 0;
+}
+
+KVCache KVCache::select(const at::Tensor &rowsIn, int64_t extraCapacity) const {
+  KVCache out;
+  if (batch_ == 0)
+    throw std::runtime_error("KV cache: select from an empty cache");
+  at::Tensor rows = rowsIn.to(nextPos_.device(), at::kLong).reshape({-1});
+  if (rows.numel() > 0) {
+    int64_t lo = rows.min().item<int64_t>(), hi = rows.max().item<int64_t>();
+    if (lo < 0 || hi >= batch_)
+      throw std::runtime_error("KV cache: row index out of range [0, " +
+                               std::to_string(batch_) + ")");
+  }
+  int64_t cap = length_ + std::max<int64_t>(extraCapacity, 0);
+  out.batch_ = rows.numel();
+  out.length_ = length_;
+  out.capacity_ = cap;
+  out.reserved_ = cap;
+  auto take = [&](const at::Tensor &t, int64_t dim) {
+    std::vector<int64_t> shape = t.sizes().vec();
+    shape[0] = out.batch_;
+    shape[dim] = cap;
+    at::Tensor n = at::zeros(shape, t.options());
+    n.narrow(dim, 0, length_)
+        .copy_(t.narrow(dim, 0, length_).index_select(0, rows));
+    return n;
+  };
+  for (const auto &t : keys_)
+    out.keys_.push_back(t.defined() ? take(t, 2) : at::Tensor());
+  for (const auto &t : values_)
+    out.values_.push_back(t.defined() ? take(t, 2) : at::Tensor());
+  out.mask_ = take(mask_, 1);
+  out.nextPos_ = nextPos_.index_select(0, rows);
+  return out;
+}
+
+KVCache KVCache::select(const std::vector<int64_t> &rows,
+                        int64_t extraCapacity) const {
+  return select(at::tensor(rows, at::kLong), extraCapacity);
+}
+
+KVCache KVCache::selectPrefix(const std::vector<int64_t> &rows,
+                              const std::vector<int64_t> &keep,
+                              int64_t extraCapacity) const {
+  if (rows.size() != keep.size())
+    throw std::runtime_error("KV cache: selectPrefix got " +
+                             std::to_string(rows.size()) + " rows but " +
+                             std::to_string(keep.size()) + " prefix lengths");
+  KVCache out = select(rows, extraCapacity);
+  if (out.batch_ == 0)
+    return out;
+  at::Tensor keepT =
+      at::tensor(keep, at::kLong).to(out.nextPos_.device()).view({-1, 1});
+  at::Tensor bad = (keepT.squeeze(1) < 0) | (keepT.squeeze(1) > out.nextPos_);
+  if (bad.any().item<bool>()) {
+    int64_t i = bad.nonzero().view(-1)[0].item<int64_t>();
+    throw std::runtime_error(
+        "KV cache: cannot keep " + std::to_string(keep[i]) +
+        " tokens of row " + std::to_string(rows[i]) + ", which holds " +
+        std::to_string(out.nextPos_[i].item<int64_t>()));
+  }
+  at::Tensor mask = out.mask_.narrow(1, 0, length_);
+  at::Tensor position = mask.to(at::kLong).cumsum(1) - 1; // of real slots
+  at::Tensor kept = mask & (position < keepT);
+  mask.copy_(kept);
+  out.nextPos_ = keepT.view({-1}).clone();
+  // Slots past the last kept one are never attended again: reuse them.
+  at::Tensor used = kept.any(0).nonzero();
+  out.length_ = used.numel() == 0 ? 0 : used.max().item<int64_t>() + 1;
+  return out;
+}
+
+//===----------------------------------------------------------------------===//
+// Modules
+//===----------------------------------------------------------------------===//
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps(eps) {
+  weight = register_parameter("weight", at::ones({dim}));
+}
+
+at::Tensor RMSNormImpl::forward(const at::Tensor &x) {
+  at::Tensor h = x.to(at::kFloat);
+  h = h * at::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return weight * h.to(x.scalar_type());
+}
+
+AttentionImpl::AttentionImpl(const ModelConfig &c, int64_t layerIndex)
+    : layer_(layerIndex), numHeads_(c.numAttentionHeads),
+      numKvHeads_(c.numKeyValueHeads), headDim_(c.headDimension()) {
+  using torch::nn::LinearOptions;
+  q_proj = register_module(
+      "q_proj", torch::nn::Linear(LinearOptions(c.hiddenSize,
+                                                numHeads_ * headDim_)
+                                      .bias(c.attentionBias)));
+  k_proj = register_module(
+      "k_proj", torch::nn::Linear(LinearOptions(c.hiddenSize,
+                                                numKvHeads_ * headDim_)
+                                      .bias(c.attentionBias)));
+  v_proj = register_module(
+      "v_proj", torch::nn::Linear(LinearOptions(c.hiddenSize,
+                                                numKvHeads_ * headDim_)
+                                      .bias(c.attentionBias)));
+  o_proj = register_module(
+      "o_proj", torch::nn::Linear(
+                    LinearOptions(numHeads_ * headDim_, c.hiddenSize).bias(false)));
+}
+
+at::Tensor AttentionImpl::forward(const at::Tensor &x, const at::Tensor &cos,
+                                  const at::Tensor &sin, const at::Tensor &bias,
+                                  KVCache *cache) {
+  int64_t B = x.size(0), T = x.size(1);
+  int64_t G = numHeads_ / numKvHeads_;
+  at::Tensor q = q_proj(x).view({B, T, numHeads_, headDim_}).transpose(1, 2);
+  at::Tensor k = k_proj(x).view({B, T, numKvHeads_, headDim_}).transpose(1, 2);
+  at::Tensor v = v_proj(x).view({B, T, numKvHeads_, headDim_}).transpose(1, 2);
+  q = q * cos + rotateHalf(q) * sin;
+  k = k * cos + rotateHalf(k) * sin;
+  if (cache)
+    std::tie(k, v) = cache->write(layer_, k, v);
+  int64_t S = k.size(2);
+  // Query heads h = kv * G + g share kv head `kv` (HF's repeat_kv order);
+  // grouping the queries avoids materializing repeated keys.
+  at::Tensor qg = (q * (1.0 / std::sqrt(static_cast<double>(headDim_))))
+                      .reshape({B, numKvHeads_, G * T, headDim_});
+  at::Tensor scores = at::matmul(qg, k.transpose(-1, -2))
+                          .view({B, numKvHeads_, G, T, S});
+  scores = scores + bias;
+  at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(x.scalar_type());
+  at::Tensor out = at::matmul(probs.view({B, numKvHeads_, G * T, S}), v);
+  out = out.view({B, numHeads_, T, headDim_})
+            .transpose(1, 2)
+            .reshape({B, T, numHeads_ * headDim_});
+  return o_proj(out);
+}
+
+MlpImpl::MlpImpl(const ModelConfig &c) {
+  using torch::nn::LinearOptions;
+  gate_proj = register_module(
+      "gate_proj",
+      torch::nn::Linear(
+          LinearOptions(c.hiddenSize, c.intermediateSize).bias(c.mlpBias)));
+  up_proj = register_module(
+      "up_proj",
+      torch::nn::Linear(
+          LinearOptions(c.hiddenSize, c.intermediateSize).bias(c.mlpBias)));
+  down_proj = register_module(
+      "down_proj",
+      torch::nn::Linear(
+          LinearOptions(c.intermediateSize, c.hiddenSize).bias(c.mlpBias)));
+}
+
+at::Tensor MlpImpl::forward(const at::Tensor &x) {
+  return down_proj(at::silu(gate_proj(x)) * up_proj(x));
+}
+
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig &c, int64_t layerIndex) {
+  self_attn = register_module("self_attn", Attention(c, layerIndex));
+  mlp = register_module("mlp", Mlp(c));
+  input_layernorm =
+      register_module("input_layernorm", RMSNorm(c.hiddenSize, c.rmsNormEps));
+  post_attention_layernorm = register_module(
+      "post_attention_layernorm", RMSNorm(c.hiddenSize, c.rmsNormEps));
+}
+
+at::Tensor DecoderLayerImpl::forward(const at::Tensor &x, const at::Tensor &cos,
+                                     const at::Tensor &sin,
+                                     const at::Tensor &bias, KVCache *cache) {
+  at::Tensor h = x + self_attn(input_layernorm(x), cos, sin, bias, cache);
+  return h + mlp(post_attention_layernorm(h));
+}
+
+DecoderStackImpl::DecoderStackImpl(const ModelConfig &c) {
+  embed_tokens = register_module(
+      "embed_tokens", torch::nn::Embedding(c.vocabSize, c.hiddenSize));
+  layers = register_module("layers", torch::nn::ModuleList());
+  for (int64_t i = 0; i < c.numHiddenLayers; ++i) {
+    blocks.push_back(DecoderLayer(c, i));
+    layers->push_back(blocks.back());
+  }
+  norm = register_module("norm", RMSNorm(c.hiddenSize, c.rmsNormEps));
+}
+
+//===----------------------------------------------------------------------===//
+// TransformerLM
+//===----------------------------------------------------------------------===//
+
+TransformerLMImpl::TransformerLMImpl(ModelConfig config, bool valueHead)
+    : config_(std::move(config)) {
+  config_.validate("model config");
+  model = register_module("model", DecoderStack(config_));
+  if (!config_.tieWordEmbeddings)
+    lm_head = register_module(
+        "lm_head", torch::nn::Linear(torch::nn::LinearOptions(
+                                         config_.hiddenSize, config_.vocabSize)
+                                         .bias(false)));
+  initWeights();
+  if (valueHead)
+    addValueHead();
+
+  // Rotary inverse frequencies, in float32 as HF computes them.
+  int64_t D = config_.headDimension();
+  at::Tensor idx = at::arange(0, D, 2, at::kLong).to(at::kFloat) /
+                   static_cast<double>(D);
+  at::Tensor inv = 1.0 / at::pow(config_.ropeTheta, idx);
+  const RopeScaling &rs = config_.ropeScaling;
+  if (rs.type == "linear") {
+    inv = inv / rs.factor;
+  } else if (rs.type == "llama3") {
+    double oldCtx = static_cast<double>(rs.originalMaxPositionEmbeddings);
+    double lowWavelen = oldCtx / rs.lowFreqFactor;
+    double highWavelen = oldCtx / rs.highFreqFactor;
+    constexpr double kPi = 3.14159265358979323846;
+    at::Tensor wavelen = 2 * kPi / inv;
+    at::Tensor scaled = at::where(wavelen > lowWavelen, inv / rs.factor, inv);
+    at::Tensor smooth = (oldCtx / wavelen - rs.lowFreqFactor) /
+                        (rs.highFreqFactor - rs.lowFreqFactor);
+    at::Tensor smoothed =
+        (1 - smooth) * scaled / rs.factor + smooth * scaled;
+    at::Tensor medium = (wavelen >= highWavelen) & (wavelen <= lowWavelen);
+    inv = at::where(medium, smoothed, scaled);
+  }
+  invFreq_ = inv;
+}
+
+void TransformerLMImpl::initWeights(double std,
+                                    std::optional<at::Generator> gen) {
+  torch::NoGradGuard noGrad;
+  c10::optional<at::Generator> g;
+  if (gen)
+    g = *gen;
+  for (auto &p : named_parameters()) {
+    const std::string &name = p.key();
+    at::Tensor t = p.value();
+    bool isNorm = name.find("norm.weight") != std::string::npos;
+    bool isBias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+    if (isNorm)
+      t.fill_(1.0);
+    else if (isBias)
+      t.zero_();
+    else
+      t.normal_(0.0, std, g);
+  }
+}
+
+void TransformerLMImpl::addValueHead(double std) {
+  if (hasValueHead())
+    return;
+  value_head = register_module(
+      "value_head",
+      torch::nn::Linear(torch::nn::LinearOptions(config_.hiddenSize, 1)));
+  torch::NoGradGuard noGrad;
+  auto p = model->embed_tokens->weight;
+  value_head->to(p.device(), p.scalar_type());
+  value_head->weight.normal_(0.0, std);
+  value_head->bias.zero_();
+}
+
+int64_t TransformerLMImpl::numParameters() const {
+  int64_t n = 0;
+  for (const auto &p : parameters())
+    n += p.numel();
+  return n;
+}
+
+torch::Device TransformerLMImpl::device() const {
+  return model->embed_tokens->weight.device();
+}
+
+std::pair<at::Tensor, at::Tensor>
+TransformerLMImpl::rope(const at::Tensor &positions, at::ScalarType dtype) {
+  if (invFreq_.device() != positions.device())
+    invFreq_ = invFreq_.to(positions.device());
+  at::Tensor freqs = positions.to(at::kFloat).unsqueeze(-1) * invFreq_;
+  at::Tensor emb = at::cat({freqs, freqs}, -1).unsqueeze(1); // [B,1,T,D]
+  return {emb.cos().to(dtype), emb.sin().to(dtype)};
+}
+
+at::Tensor attentionBias(const at::Tensor &keyMask, int64_t past, int64_t T,
+                         at::ScalarType dtype) {
+  int64_t B = keyMask.size(0), S = keyMask.size(1);
+  auto dev = keyMask.device();
+  at::Tensor q = at::arange(T, at::TensorOptions().dtype(at::kLong).device(dev))
+                     .unsqueeze(1) +
+                 past;                                                 // [T,1]
+  at::Tensor s = at::arange(S, at::TensorOptions().dtype(at::kLong).device(dev))
+                     .unsqueeze(0);                                    // [1,S]
+  at::Tensor causal = s <= q;                                          // [T,S]
+  at::Tensor self = s == q;                                            // [T,S]
+  at::Tensor allowed =
+      (keyMask.to(at::kBool).view({B, 1, S}) & causal.unsqueeze(0)) |
+      self.unsqueeze(0); // [B,T,S]
+  at::Tensor bias = at::zeros({B, T, S}, at::TensorOptions().dtype(dtype).device(dev));
+  bias.masked_fill_(allowed.logical_not(),
+                    -std::numeric_limits<float>::infinity());
+  return bias.view({B, 1, 1, T, S});
+}
+
+at::Tensor TransformerLMImpl::forwardHidden(const at::Tensor &inputIds,
+                                            const at::Tensor &attentionMask,
+                                            KVCache *cache,
+                                            const at::Tensor &positionsIn) {
+  if (inputIds.dim() != 2)
+    throw std::runtime_error("TransformerLM: input ids must be [B, T], got " +
+                             shapeOf(inputIds));
+  int64_t B = inputIds.size(0), T = inputIds.size(1);
+  auto dev = model->embed_tokens->weight.device();
+  at::Tensor ids = inputIds.to(dev, at::kLong);
+  at::Tensor mask = attentionMask.defined()
+                        ? attentionMask.to(dev, at::kBool)
+                        : at::ones({B, T}, at::TensorOptions()
+                                               .dtype(at::kBool)
+                                               .device(dev));
+  if (mask.sizes() != ids.sizes())
+    throw std::runtime_error("TransformerLM: attention mask " +
+                             shapeOf(mask) + " does not match input ids " +
+                             shapeOf(ids));
+  if (T > 0) {
+    int64_t lo = ids.min().item<int64_t>(), hi = ids.max().item<int64_t>();
+    if (lo < 0 || hi >= config_.vocabSize)
+      throw std::runtime_error("TransformerLM: token id out of range [0, " +
+                               std::to_string(config_.vocabSize) + "): " +
+                               std::to_string(lo < 0 ? lo : hi));
+  }
+  at::Tensor positions;
+  if (positionsIn.defined()) {
+    positions = positionsIn.to(dev, at::kLong);
+    if (positions.sizes() != ids.sizes())
+      throw std::runtime_error("TransformerLM: positions " +
+                               shapeOf(positions) + " do not match " +
+                               shapeOf(ids));
+  } else {
+    positions = mask.to(at::kLong).cumsum(1) - 1;
+    if (cache && cache->batchSize() > 0)
+      positions = positions + cache->nextPositions().unsqueeze(1);
+    positions = positions.clamp_min(0);
+  }
+
+  at::ScalarType dtype = model->embed_tokens->weight.scalar_type();
+  int64_t past = cache ? cache->length() : 0;
+  at::Tensor keyMask = cache ? cache->beginStep(mask) : mask;
+  at::Tensor bias = attentionBias(keyMask, past, T, dtype);
+  auto [cos, sin] = rope(positions, dtype);
+  at::Tensor h = model->embed_tokens(ids);
+  for (auto &block : model->blocks)
+    h = block(h, cos, sin, bias, cache);
+  if (cache)
+    cache->endStep(mask);
+  return model->norm(h);
+}
+
+at::Tensor TransformerLMImpl::lmHead(const at::Tensor &hidden) {
+  if (config_.tieWordEmbeddings)
+    return at::matmul(hidden, model->embed_tokens->weight.t());
+  return lm_head(hidden);
+}
+
+at::Tensor TransformerLMImpl::valueHead(const at::Tensor &hidden) {
+  if (!hasValueHead())
+    throw std::runtime_error("TransformerLM: the model has no value head");
+  return value_head(hidden).squeeze(-1);
+}
+
+at::Tensor TransformerLMImpl::forward(const at::Tensor &inputIds,
+                                      const at::Tensor &attentionMask,
+                                      KVCache *cache,
+                                      const at::Tensor &positions) {
+  return lmHead(forwardHidden(inputIds, attentionMask, cache, positions));
+}
+
+at::Tensor tokenLogProbs(const at::Tensor &logits, const at::Tensor &inputIds,
+                         double temperature) {
+  if (logits.dim() != 3 || inputIds.dim() != 2 ||
+      logits.size(0) != inputIds.size(0) ||
+      logits.size(1) != inputIds.size(1))
+    throw std::runtime_error("tokenLogProbs: logits " + shapeOf(logits) +
+                             " do not match input ids " + shapeOf(inputIds));
+  int64_t T = logits.size(1);
+  if (T < 2)
+    return at::zeros({logits.size(0), 0},
+                     logits.options().dtype(at::kFloat));
+  at::Tensor l = logits.narrow(1, 0, T - 1).to(at::kFloat);
+  if (temperature > 0 && temperature != 1.0)
+    l = l / temperature;
+  at::Tensor next = inputIds.narrow(1, 1, T - 1).to(logits.device(), at::kLong);
+  return at::log_softmax(l, -1).gather(-1, next.unsqueeze(-1)).squeeze(-1);
+}
+
+} // namespace cac::rt
