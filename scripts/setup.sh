@@ -9,6 +9,7 @@ PKGS=(
   antlr4 libantlr4-runtime-dev default-jre-headless
   libfmt-dev nlohmann-json3-dev libgtest-dev
   libtorch-dev libopenblas0-pthread libpng-dev
+  clang-19 libclang-rt-19-dev
 )
 missing=()
 for p in "${PKGS[@]}"; do
