@@ -1,0 +1,284 @@
+//===- TrainFile.h - The `train NAME { ... }` training file -----*- C++ -*-===//
+//
+// A training file describes one RL run (docs/training.md):
+//
+//   train arith_grpo {
+//     model      = builtin("tiny")
+//     task       = arith(min_level = 1, max_level = 2)
+//     estimator  = "../../stdlib/grpo.cac"
+//     rollout    = group(n = 8, temperature = 1.0, max_tokens = 8)
+//     objective  = ppo_clip(eps = 0.2)
+//     optimizer  = adamw(lr = 3e-4, grad_clip = 1.0)
+//     steps      = 100
+//   }
+//
+// It shares the lexical conventions of .cac files (`#` and `//` comments,
+// identifiers, numbers, double-quoted strings). A value is a number, a
+// string, a name (`none`, `true`, `false`) or a call `f(positional...,
+// key = value...)`, whose arguments are values again. parseTrainFile builds
+// the syntax tree; buildTrainConfig checks it against the schema and fills
+// TrainConfig. Every problem is reported through DiagnosticEngine with its
+// file:line:col; nothing here throws on bad input.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CAC_RUNTIME_TRAIN_TRAINFILE_H
+#define CAC_RUNTIME_TRAIN_TRAINFILE_H
+
+#include "cac/Runtime/Train/Diagnostics.h"
+
+#include <cstdint>
+#include <filesystem>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace cac::rt::train {
+
+//===----------------------------------------------------------------------===//
+// Syntax
+//===----------------------------------------------------------------------===//
+
+/// A value of the training file.
+struct Value {
+  enum class Kind { Number, String, Name, Call };
+  Kind kind = Kind::Number;
+  SourceLoc loc;
+  double number = 0;
+  /// String contents, the name, or the callee of a call.
+  std::string text;
+  /// Call arguments in source order; an empty key is a positional argument.
+  struct Arg {
+    std::string key;
+    SourceLoc keyLoc;
+    /// The argument's value (the vector holds exactly one; a vector because
+    /// Value is incomplete here).
+    const Value &value() const { return values.front(); }
+    std::vector<Value> values;
+  };
+  std::vector<Arg> args;
+
+  /// "number", "string", "name", "call" (for messages).
+  const char *kindName() const;
+  /// The value as written (approximately), for messages.
+  std::string spelling() const;
+};
+
+/// `key = value`.
+struct Field {
+  std::string key;
+  SourceLoc keyLoc;
+  Value value;
+};
+
+/// `train NAME { fields }`.
+struct TrainBlock {
+  std::string name;
+  SourceLoc loc;
+  std::vector<Field> fields;
+};
+
+/// Parses \p source; reports syntax errors to \p diag and returns nothing
+/// after the first one.
+std::optional<TrainBlock> parseTrainFile(const std::string &source,
+                                         DiagnosticEngine &diag);
+
+//===----------------------------------------------------------------------===//
+// The checked configuration
+//===----------------------------------------------------------------------===//
+
+/// The policy (or a critic) model.
+struct ModelSpec {
+  enum class Kind { Builtin, HuggingFace };
+  Kind kind = Kind::Builtin;
+  /// builtin: "tiny", "small" or "custom" (all sizes given).
+  std::string size = "tiny";
+  int64_t hidden = 64, layers = 2, heads = 4, kvHeads = 2, ffn = 192;
+  int64_t maxPositions = 256;
+  /// hf: the model folder (resolved against the training file's folder).
+  std::filesystem::path path;
+  SourceLoc loc;
+};
+
+/// Where prompts and rewards come from.
+struct TaskSpec {
+  enum class Kind { Arith, Gsm8k };
+  Kind kind = Kind::Arith;
+  int minLevel = 1, maxLevel = 2;
+  double evalFraction = 0.1;
+  /// gsm8k: JSONL files (resolved against the training file's folder).
+  std::filesystem::path trainPath, evalPath;
+  SourceLoc loc;
+};
+
+/// One estimator parameter given in the training file.
+struct EstimatorParam {
+  std::string name;
+  double value = 0;
+  SourceLoc loc;
+};
+
+/// The credit-assignment method: a .cac file compiled to a bundle, or a
+/// bundle folder compiled elsewhere.
+struct EstimatorSpec {
+  enum class Kind { Source, Bundle };
+  Kind kind = Kind::Source;
+  std::filesystem::path path;
+  std::vector<EstimatorParam> params;
+  SourceLoc loc;
+};
+
+/// A token-level critic trained with a clipped MSE to the estimator's `ret`.
+struct CriticSpec {
+  enum class Kind {
+    None,
+    /// A value head on the policy's own trunk.
+    ValueHead,
+    /// A separate transformer with a value head.
+    ValueModel,
+  };
+  Kind kind = Kind::None;
+  ModelSpec model;
+  /// Learning rate of a separate critic (0: the policy's).
+  double lr = 0;
+  /// Weight of the value loss.
+  double coef = 0.5;
+  /// Clip range of the value around the rollout-time value (0: no clip).
+  double clip = 0.2;
+  SourceLoc loc;
+};
+
+/// How rollouts are generated: a group of n samples per prompt.
+struct RolloutSpec {
+  int64_t n = 8;
+  double temperature = 1.0;
+  double topP = 1.0;
+  int64_t topK = 0;
+  int64_t maxTokens = 16;
+  SourceLoc loc;
+};
+
+/// The clipped surrogate (estimators.md §0.2).
+struct ObjectiveSpec {
+  double epsLow = 0.2, epsHigh = 0.2;
+  SourceLoc loc;
+};
+
+/// How per-token losses are reduced (estimators.md §0.2).
+enum class Aggregation {
+  TokenMean,
+  SeqMeanTokenMean,
+  SeqMeanTokenSum,
+  /// seq-mean-token-sum divided by a constant length (rollout max_tokens),
+  /// as Dr. GRPO does.
+  SeqMeanTokenSumNorm,
+};
+const char *aggregationName(Aggregation a);
+std::optional<Aggregation> parseAggregation(const std::string &s);
+
+/// KL to the frozen policy at RL start, added to the loss.
+struct KlSpec {
+  enum class Kind { None, K1, K3 };
+  Kind kind = Kind::None;
+  double coef = 0;
+  SourceLoc loc;
+};
+
+struct OptimizerSpec {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double weightDecay = 0.0;
+  /// Max global gradient norm (0: no clipping).
+  double gradClip = 1.0;
+  SourceLoc loc;
+};
+
+struct ScheduleSpec {
+  enum class Kind { Constant, Cosine };
+  Kind kind = Kind::Constant;
+  int64_t warmup = 0;
+  /// Cosine: the final learning rate as a fraction of the peak.
+  double minRatio = 0.0;
+  SourceLoc loc;
+};
+
+/// Supervised warm start on the task's worked solutions.
+struct SftSpec {
+  int64_t steps = 0;
+  int64_t batch = 32;
+  double lr = 1e-3;
+  SourceLoc loc;
+};
+
+/// Held-out greedy evaluation.
+struct EvalSpec {
+  /// Every this many RL steps (0: only at RL start and end).
+  int64_t every = 10;
+  int64_t size = 200;
+  SourceLoc loc;
+};
+
+/// Everything a run needs, checked.
+struct TrainConfig {
+  std::string name;
+  /// The training file (relative paths in it are against its folder).
+  std::filesystem::path file;
+  ModelSpec model;
+  TaskSpec task;
+  EstimatorSpec estimator;
+  CriticSpec critic;
+  RolloutSpec rollout;
+  /// Prompts per RL step (each gives rollout.n sequences).
+  int64_t prompts = 16;
+  ObjectiveSpec objective;
+  Aggregation aggregation = Aggregation::TokenMean;
+  KlSpec kl;
+  /// PPO epochs over the batch and minibatches per epoch.
+  int64_t epochs = 1, minibatches = 1;
+  /// Whiten advantages over the batch's tokens before the update.
+  bool whiten = false;
+  OptimizerSpec optimizer;
+  ScheduleSpec schedule;
+  SftSpec sft;
+  /// RL steps.
+  int64_t steps = 0;
+  EvalSpec eval;
+  /// Checkpoint every this many steps (SFT and RL counted together; 0: only
+  /// at the end of each phase).
+  int64_t checkpointEvery = 0;
+  uint64_t seed = 1;
+  /// Output folder (relative to the current directory).
+  std::filesystem::path out = "runs/train";
+  /// Intra-op CPU threads (0: LibTorch's default).
+  int64_t threads = 0;
+
+  /// Where each field was set (for errors found after parsing).
+  std::vector<std::pair<std::string, SourceLoc>> fieldLocs;
+  SourceLoc locOf(const std::string &field) const;
+};
+
+/// Checks \p block against the schema (docs/training.md) and fills a config;
+/// reports every problem to \p diag and returns nothing if there was one.
+/// \p file is the training file's path (relative paths are against its
+/// folder).
+std::optional<TrainConfig> buildTrainConfig(const TrainBlock &block,
+                                            const std::filesystem::path &file,
+                                            DiagnosticEngine &diag);
+
+/// Reads, parses and checks a training file. On failure the rendered
+/// diagnostics (or the I/O error) are in \p errors.
+std::optional<TrainConfig> loadTrainFile(const std::filesystem::path &file,
+                                         std::string &errors);
+
+/// Command-line overrides of training-file fields.
+struct Overrides {
+  std::optional<int64_t> steps, sftSteps, evalEvery, seed, threads;
+  std::optional<std::string> out;
+};
+
+/// Applies \p o to \p config (values were checked by the command line).
+void applyOverrides(TrainConfig &config, const Overrides &o);
+
+} // namespace cac::rt::train
+
+#endif // CAC_RUNTIME_TRAIN_TRAINFILE_H

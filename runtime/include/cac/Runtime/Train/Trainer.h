@@ -1,0 +1,95 @@
+//===- Trainer.h - The RL training loop of cac-run --------------*- C++ -*-===//
+//
+// One run of a TrainConfig (docs/training.md):
+//
+//   1. optional SFT warm start on the task's worked solutions;
+//   2. RL steps: sample prompts, generate a group of rollouts per prompt,
+//      reward them by the exact answer check, pack the batch, run the
+//      estimator bundle (CPU) for token advantages (and critic returns),
+//      then PPO epochs over minibatches: clipped surrogate against the logp
+//      recorded at generation, the chosen aggregation, optional KL to the
+//      frozen policy at RL start, clipped value loss for a critic, AdamW
+//      with gradient clipping and the learning-rate schedule;
+//   3. greedy held-out evaluation at RL start, every `eval.every` RL steps
+//      and at the end.
+//
+// Metrics go to OUT/metrics.{jsonl,csv} and OUT/plot.png, checkpoints to
+// OUT/checkpoint (atomic; --resume continues from it), and the final policy
+// to OUT/final as a Hugging Face folder.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CAC_RUNTIME_TRAIN_TRAINER_H
+#define CAC_RUNTIME_TRAIN_TRAINER_H
+
+#include "cac/Runtime/Train/Diagnostics.h"
+#include "cac/Runtime/Train/TrainFile.h"
+
+#include <nlohmann/json.hpp>
+
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace cac::rt::train {
+
+/// An error that stops a run (I/O, a malformed checkpoint, a failed
+/// compile); the message is for the user.
+class TrainError : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+struct TrainerOptions {
+  /// Continue from OUT/checkpoint.
+  bool resume = false;
+  /// The `cac` compiler used for `.cac` estimators (empty: none available;
+  /// a bundle folder must be given then).
+  std::filesystem::path compiler;
+  /// Show the progress bar on stderr.
+  bool progress = true;
+  /// Stop after this many steps of this process, as if killed (tests).
+  int64_t stopAfterSteps = -1;
+  /// Print one summary line per phase to stderr.
+  bool verbose = true;
+};
+
+/// Runs a training configuration.
+class Trainer {
+public:
+  Trainer(TrainConfig config, TrainerOptions options);
+  ~Trainer();
+
+  /// Builds everything the run needs: the tokenizer, task, models, and the
+  /// estimator bundle (compiling the .cac file). Problems that belong to a
+  /// field of the training file (an unknown estimator parameter, a critic
+  /// the estimator does not read, ...) are reported to \p diag at that field;
+  /// returns false then. I/O and compile failures throw TrainError.
+  bool prepare(DiagnosticEngine &diag);
+
+  /// Runs (or resumes) the SFT and RL phases; throws TrainError.
+  void run();
+
+  /// The metrics rows of the run so far (including resumed ones).
+  const std::vector<nlohmann::json> &metrics() const;
+
+  /// The held-out accuracy at RL start and at the end (NaN if not run).
+  double evalAccAtRlStart() const;
+  double evalAccAtEnd() const;
+
+private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// The learning-rate multiplier of \p schedule at 0-based \p step of
+/// \p total steps (linear warmup, then constant or cosine to min_ratio).
+double scheduleFactor(const ScheduleSpec &schedule, int64_t step,
+                      int64_t total);
+
+} // namespace cac::rt::train
+
+#endif // CAC_RUNTIME_TRAIN_TRAINER_H

@@ -1,0 +1,1101 @@
+//===- Trainer.cpp - The RL training loop of cac-run ----------------------===//
+
+#include "cac/Runtime/Train/Trainer.h"
+
+#include "cac/Runtime/Kernels/Bundle.h"
+#include "cac/Runtime/Model/Checkpoint.h"
+#include "cac/Runtime/Model/Config.h"
+#include "cac/Runtime/Model/FileUtil.h"
+#include "cac/Runtime/Model/Generation.h"
+#include "cac/Runtime/Model/ModelIO.h"
+#include "cac/Runtime/Model/Tasks.h"
+#include "cac/Runtime/Model/Tokenizer.h"
+#include "cac/Runtime/Model/Transformer.h"
+#include "cac/Runtime/Train/Metrics.h"
+#include "cac/Runtime/Train/Objective.h"
+
+#include <torch/nn/utils/clip_grad.h>
+#include <torch/optim/adamw.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <iostream>
+#include <limits>
+#include <numeric>
+#include <sstream>
+#include <sys/wait.h>
+#include <unistd.h>
+
+namespace fs = std::filesystem;
+using nlohmann::json;
+
+namespace cac::rt::train {
+
+double scheduleFactor(const ScheduleSpec &s, int64_t step, int64_t total) {
+  if (s.warmup > 0 && step < s.warmup)
+    return static_cast<double>(step + 1) / static_cast<double>(s.warmup + 1);
+  if (s.kind == ScheduleSpec::Kind::Constant)
+    return 1.0;
+  int64_t span = total - s.warmup;
+  if (span <= 1)
+    return 1.0;
+  double progress =
+      static_cast<double>(step - s.warmup) / static_cast<double>(span - 1);
+  progress = std::clamp(progress, 0.0, 1.0);
+  return s.minRatio +
+         (1.0 - s.minRatio) * 0.5 * (1.0 + std::cos(M_PI * progress));
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
+
+std::string fmt(const char *f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+/// One generated response and what the loss needs of it.
+struct Rollout {
+  std::vector<int64_t> prompt, response;
+  std::vector<float> logp, entropy;
+  double reward = 0;
+  bool correct = false;
+  int64_t group = 0;
+};
+
+/// Right-padded [b, L] ids of prompt + response rows, and where each
+/// response token's logp / value sits in the model's [b, L-1] outputs.
+struct Padded {
+  at::Tensor ids, mask; // [b, L] int64, bool
+  at::Tensor pos, resp; // [b, Tmax] int64 indices into [b, L-1], bool
+  at::Tensor tokenSeq;  // [N] int64, local sequence index
+  int64_t numTokens = 0;
+};
+
+Padded padRollouts(const std::vector<const Rollout *> &rows, int64_t padId) {
+  int64_t b = static_cast<int64_t>(rows.size());
+  int64_t L = 2, Tmax = 1;
+  for (const Rollout *r : rows) {
+    L = std::max<int64_t>(L, r->prompt.size() + r->response.size());
+    Tmax = std::max<int64_t>(Tmax, r->response.size());
+  }
+  std::vector<int64_t> ids(b * L, padId), pos(b * Tmax, 0), seq;
+  std::vector<uint8_t> mask(b * L, 0), resp(b * Tmax, 0);
+  for (int64_t i = 0; i < b; ++i) {
+    const Rollout &r = *rows[i];
+    int64_t P = r.prompt.size(), T = r.response.size();
+    for (int64_t j = 0; j < P; ++j)
+      ids[i * L + j] = r.prompt[j], mask[i * L + j] = 1;
+    for (int64_t t = 0; t < T; ++t) {
+      ids[i * L + P + t] = r.response[t], mask[i * L + P + t] = 1;
+      pos[i * Tmax + t] = P + t - 1;
+      resp[i * Tmax + t] = 1;
+      seq.push_back(i);
+    }
+  }
+  Padded p;
+  p.ids = at::tensor(ids, at::kLong).view({b, L});
+  p.mask = at::tensor(mask, at::kByte).view({b, L}).to(at::kBool);
+  p.pos = at::tensor(pos, at::kLong).view({b, Tmax});
+  p.resp = at::tensor(resp, at::kByte).view({b, Tmax}).to(at::kBool);
+  p.tokenSeq = at::tensor(seq, at::kLong);
+  p.numTokens = static_cast<int64_t>(seq.size());
+  return p;
+}
+
+/// [b, L-1] (or [b, L]) per-position values → packed [N] response values.
+at::Tensor gatherResponse(const at::Tensor &perPos, const Padded &p) {
+  return perPos.gather(1, p.pos).masked_select(p.resp);
+}
+
+at::Tensor packFloats(const std::vector<const std::vector<float> *> &rows) {
+  std::vector<float> all;
+  for (const auto *r : rows)
+    all.insert(all.end(), r->begin(), r->end());
+  return at::tensor(all, at::kFloat);
+}
+
+/// Runs `argv` and waits; returns the exit status (127: could not start).
+int runProcess(const std::vector<std::string> &argv) {
+  std::vector<char *> args;
+  for (const auto &a : argv)
+    args.push_back(const_cast<char *>(a.c_str()));
+  args.push_back(nullptr);
+  std::cout.flush();
+  std::cerr.flush();
+  pid_t pid = fork();
+  if (pid < 0)
+    return 127;
+  if (pid == 0) {
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR)
+      return 127;
+  if (WIFEXITED(status))
+    return WEXITSTATUS(status);
+  return 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+} // namespace
+
+//===----------------------------------------------------------------------===//
+// Impl
+//===----------------------------------------------------------------------===//
+
+struct Trainer::Impl {
+  TrainConfig cfg;
+  TrainerOptions opts;
+
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::optional<ArithmeticTask> arith;
+  std::vector<Problem> gsmTrain, gsmEval;
+  std::vector<Problem> evalSet;
+
+  TransformerLM policy{nullptr}, reference{nullptr}, critic{nullptr};
+  bool needReference = false;
+  std::shared_ptr<Bundle> bundle;
+  std::optional<BundleEstimator> estimator;
+  ParamMap params;
+  Domain advDomain = Domain::Token;
+  bool hasRet = false;
+
+  std::unique_ptr<torch::optim::AdamW> optimizer;
+  std::vector<double> baseLr;
+  bool rlOptimizer = false;
+
+  at::Generator sampleGen, shuffleGen;
+  int64_t step = 0; // completed steps (SFT and RL together)
+  double evalStart = std::numeric_limits<double>::quiet_NaN();
+  double evalEnd = std::numeric_limits<double>::quiet_NaN();
+  std::unique_ptr<MetricsLog> log;
+  std::unique_ptr<ProgressBar> bar;
+  Clock::time_point runStart;
+  double elapsedBefore = 0;
+
+  int64_t eosId = -1, padId = 0;
+
+  // --- setup --------------------------------------------------------------
+
+  ModelConfig builtinConfig(const ModelSpec &m) const {
+    ModelConfig c;
+    c.modelType = "llama";
+    c.vocabSize = tokenizer->vocabSize();
+    c.hiddenSize = m.hidden;
+    c.intermediateSize = m.ffn;
+    c.numHiddenLayers = m.layers;
+    c.numAttentionHeads = m.heads;
+    c.numKeyValueHeads = m.kvHeads;
+    c.maxPositionEmbeddings = m.maxPositions;
+    c.rmsNormEps = 1e-5;
+    c.tieWordEmbeddings = true;
+    c.bosTokenId = tokenizer->bosId();
+    if (tokenizer->eosId())
+      c.eosTokenIds = {*tokenizer->eosId()};
+    c.padTokenId = tokenizer->padId();
+    c.validate("builtin model");
+    return c;
+  }
+
+  TransformerLM makeModel(const ModelSpec &m, bool valueHead) {
+    if (m.kind == ModelSpec::Kind::Builtin)
+      return TransformerLM(builtinConfig(m), valueHead);
+    LoadOptions lo;
+    lo.valueHead = valueHead ? ValueHeadMode::With : ValueHeadMode::Without;
+    return loadPretrained(m.path, lo);
+  }
+
+  /// A fresh copy of the policy's architecture (weights are loaded later).
+  TransformerLM cloneArchitecture(const TransformerLM &m) {
+    return TransformerLM(m->config(), m->hasValueHead());
+  }
+
+  void copyWeights(TransformerLM &to, const TransformerLM &from) {
+    torch::NoGradGuard ng;
+    auto src = from->named_parameters();
+    for (auto &p : to->named_parameters())
+      p.value().copy_(src[p.key()]);
+  }
+
+  bool checkPaths(DiagnosticEngine &diag) {
+    bool ok = true;
+    auto exists = [&](const fs::path &p, SourceLoc loc, const char *what) {
+      if (!fs::exists(p)) {
+        diag.error(loc,
+                   std::string(what) + " '" + p.string() + "' does not exist");
+        ok = false;
+      }
+    };
+    if (cfg.model.kind == ModelSpec::Kind::HuggingFace)
+      exists(cfg.model.path, cfg.model.loc, "model folder");
+    if (cfg.critic.kind == CriticSpec::Kind::ValueModel &&
+        cfg.critic.model.kind == ModelSpec::Kind::HuggingFace)
+      exists(cfg.critic.model.path, cfg.critic.model.loc, "critic folder");
+    if (cfg.task.kind == TaskSpec::Kind::Gsm8k) {
+      exists(cfg.task.trainPath, cfg.task.loc, "training set");
+      exists(cfg.task.evalPath, cfg.task.loc, "evaluation set");
+    }
+    exists(cfg.estimator.path, cfg.estimator.loc,
+           cfg.estimator.kind == EstimatorSpec::Kind::Source
+               ? "estimator source"
+               : "estimator bundle");
+    return ok;
+  }
+
+  bool loadEstimator(DiagnosticEngine &diag) {
+    fs::path dir = cfg.estimator.path;
+    if (cfg.estimator.kind == EstimatorSpec::Kind::Source) {
+      if (opts.compiler.empty()) {
+        diag.error(cfg.estimator.loc,
+                   "no `cac` compiler to compile '" + dir.string() +
+                       "': put cac-run next to `cac` (or set CAC_COMPILER), "
+                       "or give a bundle compiled elsewhere: "
+                       "bundle(\"DIR\") from `cac compile FILE.cac --bundle "
+                       "DIR`");
+        return false;
+      }
+      fs::path bundles = cfg.out / "bundles";
+      fs::create_directories(bundles);
+      fs::path target = bundles / cfg.estimator.path.stem();
+      int rc = runProcess(
+          {opts.compiler.string(), "compile", cfg.estimator.path.string(), "-o",
+           (bundles / (cfg.estimator.path.stem().string() + ".ptx")).string(),
+           "--bundle", target.string()});
+      if (rc != 0) {
+        diag.error(cfg.estimator.loc,
+                   "compiling '" + cfg.estimator.path.string() + "' with '" +
+                       opts.compiler.string() + "' failed (exit status " +
+                       std::to_string(rc) + ")");
+        return false;
+      }
+      dir = target;
+    }
+    try {
+      bundle = Bundle::load(dir.string());
+    } catch (const std::exception &e) {
+      diag.error(cfg.estimator.loc,
+                 std::string("cannot load the estimator bundle: ") + e.what());
+      return false;
+    }
+    estimator.emplace(bundle);
+    const Manifest &m = bundle->manifest();
+    bool ok = true;
+
+    // Parameters: every given one must exist; every required one be given.
+    for (const auto &p : cfg.estimator.params) {
+      if (m.findParam(p.name) < 0) {
+        std::vector<std::string> names = estimator->paramNames();
+        std::string list;
+        for (const auto &n : names)
+          list += (list.empty() ? "" : ", ") + n;
+        diag.error(p.loc, "estimator '" + m.estimator + "' has no parameter '" +
+                              p.name + "'" +
+                              (list.empty() ? " (it has none)"
+                                            : " (parameters: " + list + ")"));
+        ok = false;
+        continue;
+      }
+      params[p.name] = p.value;
+    }
+    for (const auto &ps : m.params)
+      if (!ps.defaultValue && !params.count(ps.name)) {
+        diag.error(cfg.estimator.loc,
+                   "estimator '" + m.estimator + "' needs the parameter '" +
+                       ps.name + "' (it has no default): write cac(\"...\", " +
+                       ps.name + " = VALUE)");
+        ok = false;
+      }
+
+    // Inputs the trainer can provide.
+    static const std::vector<std::pair<std::string, Domain>> provided = {
+        {"logp", Domain::Token},  {"logp_old", Domain::Token},
+        {"p_old", Domain::Token}, {"entropy", Domain::Token},
+        {"value", Domain::Token}, {"logp_ref", Domain::Token},
+        {"reward", Domain::Seq},  {"group", Domain::Seq},
+        {"length", Domain::Seq}};
+    bool readsValue = false;
+    for (const auto &b : m.buffers) {
+      if (b.role != BufferRole::Input)
+        continue;
+      auto it = std::find_if(provided.begin(), provided.end(),
+                             [&](const auto &p) { return p.first == b.name; });
+      if (it == provided.end() || it->second != b.domain) {
+        std::string list;
+        for (const auto &p : provided)
+          list += (list.empty() ? "" : ", ") + p.first + " : " +
+                  domainName(p.second);
+        diag.error(cfg.estimator.loc,
+                   "estimator '" + m.estimator + "' reads the input '" +
+                       b.name + " : " + domainName(b.domain) +
+                       "', which cac-run does not provide (it provides " +
+                       list + ")");
+        ok = false;
+      }
+      if (b.name == "value")
+        readsValue = true;
+      if (b.name == "logp_ref")
+        needReference = true;
+    }
+    int adv = m.findBuffer("adv");
+    if (adv < 0 || m.buffers[adv].role != BufferRole::Output ||
+        (m.buffers[adv].domain != Domain::Token &&
+         m.buffers[adv].domain != Domain::Seq)) {
+      diag.error(cfg.estimator.loc,
+                 "estimator '" + m.estimator +
+                     "' must have an output 'adv' on token or seq (the "
+                     "advantage the policy loss uses)");
+      ok = false;
+    } else {
+      advDomain = m.buffers[adv].domain;
+    }
+    int ret = m.findBuffer("ret");
+    hasRet = ret >= 0 && m.buffers[ret].role == BufferRole::Output &&
+             m.buffers[ret].domain == Domain::Token;
+    SourceLoc criticLoc =
+        cfg.critic.loc.valid() ? cfg.critic.loc : cfg.estimator.loc;
+    if (readsValue && cfg.critic.kind == CriticSpec::Kind::None) {
+      diag.error(criticLoc, "estimator '" + m.estimator +
+                                "' reads the token input 'value': set critic = "
+                                "value_head(...) or value_model(...)");
+      ok = false;
+    }
+    if (!readsValue && cfg.critic.kind != CriticSpec::Kind::None) {
+      diag.error(criticLoc, "a critic is set but estimator '" + m.estimator +
+                                "' reads no token input 'value'; use "
+                                "critic = none");
+      ok = false;
+    }
+    if (readsValue && !hasRet) {
+      diag.error(cfg.estimator.loc,
+                 "estimator '" + m.estimator +
+                     "' reads 'value' but has no token output 'ret' to "
+                     "train the critic on");
+      ok = false;
+    }
+    return ok;
+  }
+
+  bool prepare(DiagnosticEngine &diag) {
+    if (!checkPaths(diag))
+      return false;
+    if (cfg.threads > 0)
+      at::set_num_threads(static_cast<int>(cfg.threads));
+    fs::create_directories(cfg.out);
+    if (!loadEstimator(diag))
+      return false;
+    if (cfg.kl.kind != KlSpec::Kind::None && cfg.kl.coef > 0)
+      needReference = true;
+
+    try {
+      // Tokenizer and task.
+      if (cfg.model.kind == ModelSpec::Kind::Builtin)
+        tokenizer = std::make_unique<CharTokenizer>();
+      else
+        tokenizer = loadTokenizer(cfg.model.path);
+      eosId = tokenizer->eosId().value_or(-1);
+      padId = tokenizer->padId().value_or(eosId >= 0 ? eosId : 0);
+      if (cfg.task.kind == TaskSpec::Kind::Arith) {
+        ArithmeticTask::Options o;
+        o.seed = cfg.seed;
+        o.minLevel = cfg.task.minLevel;
+        o.maxLevel = cfg.task.maxLevel;
+        o.evalFraction = cfg.task.evalFraction;
+        arith.emplace(o);
+        evalSet = arith->evalSet(static_cast<size_t>(cfg.eval.size));
+      } else {
+        gsmTrain = loadGsm8k(cfg.task.trainPath);
+        gsmEval = loadGsm8k(cfg.task.evalPath);
+        if (gsmTrain.empty())
+          throw TrainError("training set '" + cfg.task.trainPath.string() +
+                           "' is empty");
+        evalSet.assign(gsmEval.begin(),
+                       gsmEval.begin() +
+                           std::min<size_t>(gsmEval.size(), cfg.eval.size));
+      }
+
+      // Models: the global generator decides the fresh initialization.
+      torch::manual_seed(cfg.seed);
+      policy =
+          makeModel(cfg.model, cfg.critic.kind == CriticSpec::Kind::ValueHead);
+      if (cfg.critic.kind == CriticSpec::Kind::ValueModel)
+        critic = makeModel(cfg.critic.model, true);
+      if (critic && critic->config().vocabSize != policy->config().vocabSize) {
+        diag.error(cfg.critic.loc,
+                   "the critic's vocabulary (" +
+                       std::to_string(critic->config().vocabSize) +
+                       ") differs from the policy's (" +
+                       std::to_string(policy->config().vocabSize) + ")");
+        return false;
+      }
+      sampleGen = makeGenerator(cfg.seed * 1000003ULL + 17);
+      shuffleGen = makeGenerator(cfg.seed * 1000003ULL + 29);
+    } catch (const TrainError &) {
+      throw;
+    } catch (const std::exception &e) {
+      throw TrainError(e.what());
+    }
+    return true;
+  }
+
+  // --- data ---------------------------------------------------------------
+
+  Problem trainProblem(uint64_t index) const {
+    if (arith)
+      return arith->problem(Split::Train, index);
+    return gsmTrain[index % gsmTrain.size()];
+  }
+
+  std::string promptText(const Problem &p) const {
+    if (arith)
+      return p.prompt;
+    return "Question: " + p.prompt + "\nAnswer:";
+  }
+
+  std::string targetText(const Problem &p) const {
+    if (arith)
+      return p.solution;
+    return " " + p.solution;
+  }
+
+  double reward(const Problem &p, const std::string &completion) const {
+    if (arith)
+      return ArithmeticTask::reward(p, completion);
+    return gsm8kReward(p, completion);
+  }
+
+  std::vector<int64_t> encodePrompt(const Problem &p) const {
+    std::vector<int64_t> ids = tokenizer->encode(promptText(p), true);
+    if (ids.empty() && tokenizer->bosId())
+      ids.push_back(*tokenizer->bosId());
+    return ids;
+  }
+
+  SamplingOptions samplingOptions(bool greedy) const {
+    SamplingOptions o;
+    o.temperature = greedy ? 0.0 : cfg.rollout.temperature;
+    o.topP = greedy ? 1.0 : cfg.rollout.topP;
+    o.topK = greedy ? 0 : cfg.rollout.topK;
+    o.maxNewTokens = cfg.rollout.maxTokens;
+    if (eosId >= 0)
+      o.stopTokens = {eosId};
+    o.padId = padId;
+    return o;
+  }
+
+  // --- optimizer ----------------------------------------------------------
+
+  void buildOptimizer(bool rl) {
+    const auto &o = cfg.optimizer;
+    auto options = [&](double lr) {
+      return torch::optim::AdamWOptions(lr)
+          .betas(std::make_tuple(o.beta1, o.beta2))
+          .eps(o.eps)
+          .weight_decay(o.weightDecay);
+    };
+    std::vector<torch::optim::OptimizerParamGroup> groups;
+    baseLr.clear();
+    double lr = rl ? o.lr : cfg.sft.lr;
+    groups.emplace_back(
+        policy->parameters(),
+        std::make_unique<torch::optim::AdamWOptions>(options(lr)));
+    baseLr.push_back(lr);
+    if (rl && critic) {
+      double clr = cfg.critic.lr > 0 ? cfg.critic.lr : o.lr;
+      groups.emplace_back(
+          critic->parameters(),
+          std::make_unique<torch::optim::AdamWOptions>(options(clr)));
+      baseLr.push_back(clr);
+    }
+    optimizer = std::make_unique<torch::optim::AdamW>(groups, options(lr));
+    rlOptimizer = rl;
+  }
+
+  double setLr(double factor) {
+    auto &groups = optimizer->param_groups();
+    for (size_t g = 0; g < groups.size(); ++g)
+      static_cast<torch::optim::AdamWOptions &>(groups[g].options())
+          .lr(baseLr[g] * factor);
+    return baseLr[0] * factor;
+  }
+
+  std::vector<at::Tensor> trainableParameters() const {
+    std::vector<at::Tensor> ps = policy->parameters();
+    if (rlOptimizer && critic)
+      for (auto &p : critic->parameters())
+        ps.push_back(p);
+    return ps;
+  }
+
+  /// Clips, steps and zeroes the gradients; returns the pre-clip norm.
+  double optimizerStep() {
+    auto ps = trainableParameters();
+    double norm = 0;
+    if (cfg.optimizer.gradClip > 0) {
+      norm = torch::nn::utils::clip_grad_norm_(ps, cfg.optimizer.gradClip);
+    } else {
+      double sq = 0;
+      for (auto &p : ps)
+        if (p.grad().defined())
+          sq += p.grad().pow(2).sum().item<double>();
+      norm = std::sqrt(sq);
+    }
+    optimizer->step();
+    optimizer->zero_grad();
+    return norm;
+  }
+
+  // --- checkpoints --------------------------------------------------------
+
+  fs::path checkpointDir() const { return cfg.out / "checkpoint"; }
+
+  CheckpointState checkpointState(bool rlPhase) {
+    CheckpointState st;
+    st.models.push_back({"policy", policy});
+    if (rlPhase && needReference)
+      st.models.push_back({"reference", reference});
+    if (critic)
+      st.models.push_back({"critic", critic});
+    st.optimizer = optimizer.get();
+    st.generators = {{"sampling", sampleGen}, {"shuffle", shuffleGen}};
+    return st;
+  }
+
+  void saveCheckpointNow() {
+    bool rl = step >= cfg.sft.steps;
+    CheckpointState st = checkpointState(rl);
+    st.step = step;
+    st.extra = {{"run", cfg.name},
+                {"sft_steps", cfg.sft.steps},
+                {"elapsed_s", elapsedBefore + seconds(runStart)}};
+    if (!std::isnan(evalStart))
+      st.extra["eval_acc_rl_start"] = evalStart;
+    try {
+      saveCheckpoint(checkpointDir(), st);
+    } catch (const std::exception &e) {
+      throw TrainError(std::string("writing the checkpoint failed: ") +
+                       e.what());
+    }
+  }
+
+  void enterRl() {
+    if (needReference) {
+      reference = cloneArchitecture(policy);
+      copyWeights(reference, policy);
+      reference->eval();
+      for (auto &p : reference->parameters())
+        p.set_requires_grad(false);
+    }
+    buildOptimizer(true);
+  }
+
+  /// Restores the last checkpoint; returns the step it was taken at.
+  int64_t resume() {
+    fs::path dir = checkpointDir();
+    if (!fs::exists(dir))
+      throw TrainError("--resume: no checkpoint in '" + dir.string() +
+                       "' (start without --resume)");
+    try {
+      CheckpointInfo info = readCheckpointInfo(dir);
+      int64_t sftSaved = info.extra.value("sft_steps", int64_t(-1));
+      if (sftSaved != cfg.sft.steps)
+        throw TrainError("--resume: checkpoint '" + dir.string() +
+                         "' was written with " + std::to_string(sftSaved) +
+                         " SFT steps, this run has " +
+                         std::to_string(cfg.sft.steps));
+      if (info.step > cfg.sft.steps + cfg.steps)
+        throw TrainError("--resume: checkpoint '" + dir.string() +
+                         "' is at step " + std::to_string(info.step) +
+                         ", beyond this run's " +
+                         std::to_string(cfg.sft.steps + cfg.steps) + " steps");
+      bool rl = info.step >= cfg.sft.steps;
+      if (rl)
+        enterRl();
+      else
+        buildOptimizer(false);
+      CheckpointState st = checkpointState(rl);
+      loadCheckpoint(dir, st);
+      if (st.extra.contains("eval_acc_rl_start"))
+        evalStart = st.extra["eval_acc_rl_start"].get<double>();
+      elapsedBefore = st.extra.value("elapsed_s", 0.0);
+      return st.step;
+    } catch (const TrainError &) {
+      throw;
+    } catch (const std::exception &e) {
+      throw TrainError(std::string("--resume: ") + e.what());
+    }
+  }
+
+  // --- SFT ----------------------------------------------------------------
+
+  json sftStep(int64_t sftIndex) {
+    auto t0 = Clock::now();
+    double lr = setLr(scheduleFactor(cfg.schedule, sftIndex, cfg.sft.steps));
+    int64_t b = cfg.sft.batch;
+    std::vector<Rollout> rows(b);
+    std::vector<const Rollout *> ptrs;
+    for (int64_t i = 0; i < b; ++i) {
+      Problem p = trainProblem(static_cast<uint64_t>(sftIndex * b + i));
+      rows[i].prompt = encodePrompt(p);
+      rows[i].response = tokenizer->encode(targetText(p), false);
+      if (eosId >= 0)
+        rows[i].response.push_back(eosId);
+      ptrs.push_back(&rows[i]);
+    }
+    Padded pd = padRollouts(ptrs, padId);
+    policy->train();
+    at::Tensor logits = policy->forward(pd.ids, pd.mask);
+    at::Tensor logp = gatherResponse(tokenLogProbs(logits, pd.ids, 1.0), pd);
+    at::Tensor loss = -logp.mean();
+    loss.backward();
+    double norm = optimizerStep();
+    double dt = seconds(t0);
+    json row = {{"step", step + 1},
+                {"phase", "sft"},
+                {"loss", loss.item<double>()},
+                {"grad_norm", norm},
+                {"lr", lr},
+                {"tokens_per_s", static_cast<double>(pd.numTokens) / dt},
+                {"time_step_s", dt}};
+    return row;
+  }
+
+  // --- evaluation ---------------------------------------------------------
+
+  double evaluate() {
+    if (evalSet.empty())
+      return std::numeric_limits<double>::quiet_NaN();
+    torch::NoGradGuard ng;
+    policy->eval();
+    at::Generator gen = makeGenerator(0);
+    double correct = 0;
+    const size_t chunk = 256;
+    for (size_t s = 0; s < evalSet.size(); s += chunk) {
+      std::vector<std::vector<int64_t>> prompts;
+      size_t e = std::min(evalSet.size(), s + chunk);
+      for (size_t i = s; i < e; ++i)
+        prompts.push_back(encodePrompt(evalSet[i]));
+      auto out = generate(policy, prompts, samplingOptions(true), gen,
+                          tokenizer.get(), 1);
+      for (size_t i = s; i < e; ++i)
+        correct += reward(evalSet[i], out[i - s].text) >= 1.0 ? 1.0 : 0.0;
+    }
+    return correct / static_cast<double>(evalSet.size());
+  }
+
+  // --- RL -----------------------------------------------------------------
+
+  /// Per-token values of \p model's value head for the padded rows.
+  at::Tensor values(TransformerLM &model, const Padded &pd) {
+    at::Tensor h = model->forwardHidden(pd.ids, pd.mask);
+    return gatherResponse(model->valueHead(h), pd);
+  }
+
+  json rlStep(int64_t rlIndex) {
+    auto t0 = Clock::now();
+    json row = {{"step", step + 1}, {"phase", "rl"}, {"rl_step", rlIndex + 1}};
+    double lr = setLr(scheduleFactor(cfg.schedule, rlIndex, cfg.steps));
+
+    // 1. Rollouts.
+    auto tg = Clock::now();
+    const int64_t P = cfg.prompts, n = cfg.rollout.n, B = P * n;
+    std::vector<Problem> problems;
+    std::vector<std::vector<int64_t>> prompts;
+    for (int64_t i = 0; i < P; ++i) {
+      // RL prompts come from a stream disjoint from the SFT one.
+      problems.push_back(trainProblem((uint64_t(1) << 40) +
+                                      static_cast<uint64_t>(rlIndex * P + i)));
+      prompts.push_back(encodePrompt(problems.back()));
+    }
+    policy->eval();
+    std::vector<GeneratedSequence> gen = generate(
+        policy, prompts, samplingOptions(false), sampleGen, tokenizer.get(), n);
+    std::vector<Rollout> rolls(B);
+    std::vector<const Rollout *> ptrs;
+    double rewardSum = 0, correct = 0, entSum = 0;
+    int64_t tokens = 0;
+    for (int64_t i = 0; i < B; ++i) {
+      Rollout &r = rolls[i];
+      const GeneratedSequence &g = gen[i];
+      r.prompt = g.prompt;
+      r.response = g.tokens;
+      r.logp = g.logprobs;
+      r.entropy = g.entropies;
+      r.group = i / n;
+      r.reward = reward(problems[r.group], g.text);
+      r.correct = r.reward >= 1.0;
+      rewardSum += r.reward;
+      correct += r.correct ? 1 : 0;
+      for (float e : r.entropy)
+        entSum += e;
+      tokens += static_cast<int64_t>(r.response.size());
+      ptrs.push_back(&r);
+    }
+    double timeGen = seconds(tg);
+
+    // Rollout-time values and reference log-probabilities.
+    Padded all = padRollouts(ptrs, padId);
+    std::vector<const std::vector<float> *> lp, en;
+    for (const Rollout &r : rolls)
+      lp.push_back(&r.logp), en.push_back(&r.entropy);
+    at::Tensor oldLogp = packFloats(lp), entropy = packFloats(en);
+    at::Tensor oldValues, refLogp;
+    {
+      torch::NoGradGuard ng;
+      if (cfg.critic.kind == CriticSpec::Kind::ValueHead)
+        oldValues = values(policy, all);
+      else if (critic) {
+        critic->eval();
+        oldValues = values(critic, all);
+      }
+      if (needReference)
+        refLogp =
+            gatherResponse(tokenLogProbs(reference->forward(all.ids, all.mask),
+                                         all.ids, cfg.rollout.temperature),
+                           all);
+    }
+
+    // 2. The estimator.
+    auto te = Clock::now();
+    std::vector<int64_t> lengths, groups;
+    std::vector<float> rewards;
+    for (const Rollout &r : rolls) {
+      lengths.push_back(static_cast<int64_t>(r.response.size()));
+      groups.push_back(r.group);
+      rewards.push_back(static_cast<float>(r.reward));
+    }
+    PackedBatch batch = PackedBatch::fromLengths(lengths);
+    batch.setGroups(at::tensor(groups, at::kLong));
+    TensorMap inputs;
+    for (const auto &b : bundle->manifest().buffers) {
+      if (b.role != BufferRole::Input)
+        continue;
+      if (b.name == "logp" || b.name == "logp_old")
+        inputs[b.name] = oldLogp;
+      else if (b.name == "p_old")
+        inputs[b.name] = oldLogp.exp();
+      else if (b.name == "entropy")
+        inputs[b.name] = entropy;
+      else if (b.name == "value")
+        inputs[b.name] = oldValues;
+      else if (b.name == "logp_ref")
+        inputs[b.name] = refLogp;
+      else if (b.name == "reward")
+        inputs[b.name] = at::tensor(rewards, at::kFloat);
+      else if (b.name == "group")
+        inputs[b.name] = at::tensor(groups, at::kLong);
+      else if (b.name == "length")
+        inputs[b.name] = at::tensor(lengths, at::kLong);
+    }
+    TensorMap outs;
+    try {
+      outs = estimator->run(inputs, batch, params);
+    } catch (const std::exception &e) {
+      throw TrainError(std::string("running the estimator: ") + e.what());
+    }
+    at::Tensor adv = outs.at("adv").to(at::kFloat);
+    if (advDomain == Domain::Seq)
+      adv = adv.index_select(0, all.tokenSeq);
+    at::Tensor ret;
+    if (hasRet && outs.count("ret"))
+      ret = outs.at("ret").to(at::kFloat);
+    double timeEst = seconds(te);
+    row["adv_mean"] = adv.mean().item<double>();
+    row["adv_std"] = adv.numel() > 1 ? adv.std().item<double>() : 0.0;
+    if (cfg.whiten)
+      adv = whiten(adv);
+
+    // Token offsets of each rollout in the packed arrays.
+    std::vector<int64_t> offsets(B + 1, 0);
+    for (int64_t i = 0; i < B; ++i)
+      offsets[i + 1] = offsets[i] + lengths[i];
+
+    // 3. PPO epochs over minibatches.
+    auto tu = Clock::now();
+    double pgSum = 0, vlSum = 0, klSum = 0, lossSum = 0, clipSum = 0,
+           ratioSum = 0, normSum = 0;
+    int64_t updates = 0;
+    policy->train();
+    if (critic)
+      critic->train();
+    const double normLen = static_cast<double>(cfg.rollout.maxTokens);
+    for (int64_t epoch = 0; epoch < cfg.epochs; ++epoch) {
+      at::Tensor perm = at::randperm(B, shuffleGen, at::kLong);
+      auto pa = perm.accessor<int64_t, 1>();
+      for (int64_t mb = 0; mb < cfg.minibatches; ++mb) {
+        int64_t lo = B * mb / cfg.minibatches,
+                hi = B * (mb + 1) / cfg.minibatches;
+        std::vector<const Rollout *> rows;
+        std::vector<int64_t> tokIdx;
+        for (int64_t k = lo; k < hi; ++k) {
+          int64_t i = pa[k];
+          rows.push_back(&rolls[i]);
+          for (int64_t t = offsets[i]; t < offsets[i + 1]; ++t)
+            tokIdx.push_back(t);
+        }
+        at::Tensor ti = at::tensor(tokIdx, at::kLong);
+        Padded pd = padRollouts(rows, padId);
+        int64_t nb = static_cast<int64_t>(rows.size());
+        at::Tensor h = policy->forwardHidden(pd.ids, pd.mask);
+        at::Tensor logp = gatherResponse(
+            tokenLogProbs(policy->lmHead(h), pd.ids, cfg.rollout.temperature),
+            pd);
+        at::Tensor ratio = at::exp(logp - oldLogp.index_select(0, ti));
+        at::Tensor a = adv.index_select(0, ti);
+        at::Tensor f = clippedSurrogate(ratio, a, cfg.objective.epsLow,
+                                        cfg.objective.epsHigh);
+        at::Tensor pg =
+            -aggregate(f, pd.tokenSeq, nb, cfg.aggregation, normLen);
+        at::Tensor loss = pg;
+        if (cfg.kl.kind != KlSpec::Kind::None && cfg.kl.coef > 0) {
+          at::Tensor kl = aggregate(
+              klEstimate(logp, refLogp.index_select(0, ti), cfg.kl.kind),
+              pd.tokenSeq, nb, cfg.aggregation, normLen);
+          loss = loss + cfg.kl.coef * kl;
+          klSum += kl.item<double>();
+        } else if (needReference) {
+          klSum +=
+              aggregate(klEstimate(logp.detach(), refLogp.index_select(0, ti),
+                                   KlSpec::Kind::K3),
+                        pd.tokenSeq, nb, cfg.aggregation, normLen)
+                  .item<double>();
+        }
+        if (cfg.critic.kind != CriticSpec::Kind::None) {
+          at::Tensor v = cfg.critic.kind == CriticSpec::Kind::ValueHead
+                             ? gatherResponse(policy->valueHead(h), pd)
+                             : values(critic, pd);
+          at::Tensor vl =
+              aggregate(valueLoss(v, oldValues.index_select(0, ti),
+                                  ret.index_select(0, ti), cfg.critic.clip),
+                        pd.tokenSeq, nb, cfg.aggregation, normLen);
+          loss = loss + cfg.critic.coef * vl;
+          vlSum += vl.item<double>();
+        }
+        loss.backward();
+        normSum += optimizerStep();
+        pgSum += pg.item<double>();
+        lossSum += loss.item<double>();
+        {
+          torch::NoGradGuard ng;
+          clipSum +=
+              clippedMask(ratio, a, cfg.objective.epsLow, cfg.objective.epsHigh)
+                  .to(at::kFloat)
+                  .mean()
+                  .item<double>();
+          ratioSum += ratio.mean().item<double>();
+        }
+        ++updates;
+      }
+    }
+    double timeUpd = seconds(tu);
+    double u = static_cast<double>(std::max<int64_t>(updates, 1));
+    double dt = seconds(t0);
+    row["reward_mean"] = rewardSum / static_cast<double>(B);
+    row["acc"] = correct / static_cast<double>(B);
+    row["loss"] = lossSum / u;
+    row["pg_loss"] = pgSum / u;
+    if (cfg.critic.kind != CriticSpec::Kind::None)
+      row["value_loss"] = vlSum / u;
+    if (needReference)
+      row["kl"] = klSum / u;
+    row["entropy"] = tokens ? entSum / static_cast<double>(tokens) : 0.0;
+    row["clip_frac"] = clipSum / u;
+    row["ratio_mean"] = ratioSum / u;
+    row["grad_norm"] = normSum / u;
+    row["lr"] = lr;
+    row["response_len"] = static_cast<double>(tokens) / static_cast<double>(B);
+    row["tokens_per_s"] = static_cast<double>(tokens) / dt;
+    row["time_gen_s"] = timeGen;
+    row["time_estimator_s"] = timeEst;
+    row["time_update_s"] = timeUpd;
+    row["time_step_s"] = dt;
+    return row;
+  }
+
+  // --- the run ------------------------------------------------------------
+
+  bool dueCheckpoint() const {
+    int64_t total = cfg.sft.steps + cfg.steps;
+    return step == total || step == cfg.sft.steps ||
+           (cfg.checkpointEvery > 0 && step % cfg.checkpointEvery == 0);
+  }
+
+  void run() {
+    runStart = Clock::now();
+    int64_t start = 0;
+    if (opts.resume) {
+      start = resume();
+    } else {
+      if (fs::exists(checkpointDir()))
+        throw TrainError("'" + cfg.out.string() +
+                         "' already holds a checkpoint: pass --resume to "
+                         "continue it, or choose another --out");
+      if (cfg.sft.steps > 0)
+        buildOptimizer(false);
+      else
+        enterRl();
+    }
+    step = start;
+    log = std::make_unique<MetricsLog>(cfg.out, opts.resume ? start : -1);
+    bar = std::make_unique<ProgressBar>(opts.progress);
+    const int64_t S = cfg.sft.steps, R = cfg.steps;
+    int64_t ranHere = 0;
+    auto stopNow = [&] {
+      return opts.stopAfterSteps >= 0 && ranHere >= opts.stopAfterSteps;
+    };
+    auto addElapsed = [&](json &row) {
+      row["elapsed_s"] = elapsedBefore + seconds(runStart);
+    };
+
+    if (opts.verbose && start == 0)
+      bar->message("cac-run: " + cfg.name + ": policy " +
+                   std::to_string(policy->numParameters()) +
+                   " parameters, estimator '" + bundle->manifest().estimator +
+                   "', " + std::to_string(S) + " SFT + " + std::to_string(R) +
+                   " RL steps, out " + cfg.out.string());
+    if (opts.verbose && start > 0)
+      bar->message("cac-run: resuming '" + cfg.name + "' at step " +
+                   std::to_string(start));
+
+    // SFT.
+    while (step < S) {
+      json row = sftStep(step);
+      ++step;
+      ++ranHere;
+      addElapsed(row);
+      log->append(row);
+      bar->update("sft", step, S,
+                  "loss " + fmt("%.3f", row["loss"].get<double>()) + " tok/s " +
+                      fmt("%.0f", row["tokens_per_s"].get<double>()));
+      if (stopNow())
+        return;
+      if (step == S) {
+        // The RL phase starts here: evaluate, snapshot the reference, and
+        // checkpoint the RL-start state.
+        auto t = Clock::now();
+        evalStart = evaluate();
+        json ev = {{"step", step},
+                   {"phase", "eval"},
+                   {"rl_step", 0},
+                   {"eval_acc", evalStart},
+                   {"time_eval_s", seconds(t)}};
+        addElapsed(ev);
+        log->append(ev);
+        enterRl();
+      }
+      if (dueCheckpoint())
+        saveCheckpointNow();
+    }
+    if (S == 0 && step == 0) {
+      auto t = Clock::now();
+      evalStart = evaluate();
+      json ev = {{"step", 0},
+                 {"phase", "eval"},
+                 {"rl_step", 0},
+                 {"eval_acc", evalStart},
+                 {"time_eval_s", seconds(t)}};
+      addElapsed(ev);
+      log->append(ev);
+    }
+    if (opts.verbose && step == S && !std::isnan(evalStart))
+      bar->message("cac-run: eval_acc at RL start " + fmt("%.3f", evalStart));
+
+    // RL.
+    std::string lastEval = std::isnan(evalStart) ? "-" : fmt("%.3f", evalStart);
+    while (step < S + R) {
+      int64_t rlIndex = step - S;
+      json row = rlStep(rlIndex);
+      ++step;
+      ++ranHere;
+      bool last = step == S + R;
+      if (last || (cfg.eval.every > 0 && (rlIndex + 1) % cfg.eval.every == 0)) {
+        auto t = Clock::now();
+        double acc = evaluate();
+        row["eval_acc"] = acc;
+        row["time_eval_s"] = seconds(t);
+        lastEval = fmt("%.3f", acc);
+        if (last)
+          evalEnd = acc;
+      }
+      addElapsed(row);
+      log->append(row);
+      bar->update("rl", rlIndex + 1, R,
+                  "reward " + fmt("%.3f", row["reward_mean"].get<double>()) +
+                      " acc " + fmt("%.3f", row["acc"].get<double>()) +
+                      " eval " + lastEval + " tok/s " +
+                      fmt("%.0f", row["tokens_per_s"].get<double>()));
+      if (row.contains("eval_acc") || last)
+        writePlot(log->rows(), cfg.out / "plot.png");
+      if (stopNow())
+        return; // as if killed after logging, before the checkpoint
+      if (dueCheckpoint())
+        saveCheckpointNow();
+    }
+    bar->finish();
+    writePlot(log->rows(), cfg.out / "plot.png");
+    if (std::isnan(evalEnd))
+      for (auto it = log->rows().rbegin(); it != log->rows().rend(); ++it)
+        if (it->contains("eval_acc") && (*it)["eval_acc"].is_number()) {
+          evalEnd = (*it)["eval_acc"].get<double>();
+          break;
+        }
+    try {
+      savePretrained(*policy, cfg.out / "final");
+      if (cfg.model.kind == ModelSpec::Kind::HuggingFace)
+        copyTokenizerFiles(cfg.model.path, cfg.out / "final");
+    } catch (const std::exception &e) {
+      throw TrainError(std::string("writing the final model: ") + e.what());
+    }
+    if (opts.verbose)
+      bar->message("cac-run: done in " +
+                   fmt("%.1f", elapsedBefore + seconds(runStart)) +
+                   " s; eval_acc " +
+                   (std::isnan(evalStart) ? "-" : fmt("%.3f", evalStart)) +
+                   " at RL start, " +
+                   (std::isnan(evalEnd) ? "-" : fmt("%.3f", evalEnd)) +
+                   " at the end; metrics in " + cfg.out.string());
+  }
+};
+
+//===----------------------------------------------------------------------===//
+// Trainer
+//===----------------------------------------------------------------------===//
+
+Trainer::Trainer(TrainConfig config, TrainerOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  impl_->cfg = std::move(config);
+  impl_->opts = std::move(options);
+}
+
+Trainer::~Trainer() = default;
+
+bool Trainer::prepare(DiagnosticEngine &diag) { return impl_->prepare(diag); }
+
+void Trainer::run() {
+  try {
+    impl_->run();
+  } catch (const TrainError &) {
+    throw;
+  } catch (const std::exception &e) {
+    throw TrainError(e.what());
+  }
+}
+
+const std::vector<json> &Trainer::metrics() const {
+  static const std::vector<json> none;
+  return impl_->log ? impl_->log->rows() : none;
+}
+
+double Trainer::evalAccAtRlStart() const { return impl_->evalStart; }
+double Trainer::evalAccAtEnd() const { return impl_->evalEnd; }
+
+} // namespace cac::rt::train

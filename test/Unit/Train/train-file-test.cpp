@@ -1,0 +1,307 @@
+//===- train-file-test.cpp - Training-file parser and diagnostics ---------===//
+
+#include "cac/Runtime/Train/TrainFile.h"
+
+#include <gtest/gtest.h>
+
+using namespace cac::rt::train;
+
+namespace {
+
+struct Result {
+  std::optional<TrainConfig> cfg;
+  std::string errors;
+};
+
+Result check(const std::string &src, const std::string &file = "t.cac") {
+  DiagnosticEngine diag(file, src);
+  Result r;
+  auto block = parseTrainFile(src, diag);
+  if (block)
+    r.cfg = buildTrainConfig(*block, file, diag);
+  r.errors = diag.render();
+  return r;
+}
+
+/// A valid file with \p extra lines appended inside the block.
+std::string withFields(const std::string &extra) {
+  return "train t {\n"
+         "  model = builtin(\"tiny\")\n"
+         "  task = arith(min_level = 1, max_level = 2)\n"
+         "  estimator = \"grpo.cac\"\n"
+         "  steps = 10\n" +
+         extra + "}\n";
+}
+
+TEST(TrainFile, ParsesTheDefaults) {
+  Result r = check(withFields(""), "dir/t.cac");
+  ASSERT_TRUE(r.cfg) << r.errors;
+  EXPECT_EQ(r.errors, "");
+  const TrainConfig &c = *r.cfg;
+  EXPECT_EQ(c.name, "t");
+  EXPECT_EQ(c.model.kind, ModelSpec::Kind::Builtin);
+  EXPECT_EQ(c.model.hidden, 64);
+  EXPECT_EQ(c.task.maxLevel, 2);
+  // Paths are relative to the training file.
+  EXPECT_EQ(c.estimator.path, std::filesystem::path("dir/grpo.cac"));
+  EXPECT_EQ(c.estimator.kind, EstimatorSpec::Kind::Source);
+  EXPECT_EQ(c.steps, 10);
+  EXPECT_EQ(c.critic.kind, CriticSpec::Kind::None);
+  EXPECT_EQ(c.aggregation, Aggregation::TokenMean);
+}
+
+TEST(TrainFile, ParsesEveryField) {
+  Result r = check(withFields(
+      "  critic = value_model(builtin(\"small\"), lr = 1e-4, coef = 0.1)\n"
+      "  rollout = group(n = 4, temperature = 0.7, top_p = 0.9, top_k = 5, "
+      "max_tokens = 12)\n"
+      "  prompts = 8; objective = ppo_clip(eps = 0.1, eps_high = 0.28)\n"
+      "  aggregation = \"seq-mean-token-sum-norm\"\n"
+      "  kl = k3(coef = 0.01)  // comment\n"
+      "  epochs = 2, minibatches = 4\n"
+      "  whiten = true\n"
+      "  optimizer = adamw(lr = 3e-4, beta2 = 0.95, weight_decay = 0.1, "
+      "grad_clip = 0.5)\n"
+      "  schedule = cosine(warmup = 3, min_ratio = 0.1)\n"
+      "  warm_start = sft(steps = 20, batch = 8, lr = 1e-3)\n"
+      "  eval = greedy(every = 5, size = 50)\n"
+      "  checkpoint_every = 7\n"
+      "  seed = 42\n"
+      "  out = \"runs/x\"\n"
+      "  threads = 2\n"));
+  ASSERT_TRUE(r.cfg) << r.errors;
+  const TrainConfig &c = *r.cfg;
+  EXPECT_EQ(c.critic.kind, CriticSpec::Kind::ValueModel);
+  EXPECT_EQ(c.critic.model.hidden, 128);
+  EXPECT_DOUBLE_EQ(c.critic.lr, 1e-4);
+  EXPECT_DOUBLE_EQ(c.critic.coef, 0.1);
+  EXPECT_EQ(c.rollout.n, 4);
+  EXPECT_DOUBLE_EQ(c.rollout.topP, 0.9);
+  EXPECT_EQ(c.rollout.maxTokens, 12);
+  EXPECT_EQ(c.prompts, 8);
+  EXPECT_DOUBLE_EQ(c.objective.epsLow, 0.1);
+  EXPECT_DOUBLE_EQ(c.objective.epsHigh, 0.28);
+  EXPECT_EQ(c.aggregation, Aggregation::SeqMeanTokenSumNorm);
+  EXPECT_EQ(c.kl.kind, KlSpec::Kind::K3);
+  EXPECT_EQ(c.epochs, 2);
+  EXPECT_EQ(c.minibatches, 4);
+  EXPECT_TRUE(c.whiten);
+  EXPECT_DOUBLE_EQ(c.optimizer.beta2, 0.95);
+  EXPECT_EQ(c.schedule.kind, ScheduleSpec::Kind::Cosine);
+  EXPECT_EQ(c.sft.steps, 20);
+  EXPECT_EQ(c.eval.every, 5);
+  EXPECT_EQ(c.checkpointEvery, 7);
+  EXPECT_EQ(c.seed, 42u);
+  EXPECT_EQ(c.out, std::filesystem::path("runs/x"));
+  EXPECT_EQ(c.threads, 2);
+}
+
+TEST(TrainFile, EstimatorParameters) {
+  Result r =
+      check("train t { model = builtin(\"tiny\") task = arith() steps = 1\n"
+            "  estimator = cac(\"gae.cac\", lambda = 0.9, gamma = 1) }\n");
+  ASSERT_TRUE(r.cfg) << r.errors;
+  ASSERT_EQ(r.cfg->estimator.params.size(), 2u);
+  EXPECT_EQ(r.cfg->estimator.params[0].name, "lambda");
+  EXPECT_DOUBLE_EQ(r.cfg->estimator.params[0].value, 0.9);
+  EXPECT_EQ(r.cfg->estimator.params[0].loc.line, 2);
+  EXPECT_EQ(r.cfg->estimator.params[0].loc.col, 30);
+
+  Result b = check("train t { model = builtin(\"tiny\") task = arith() "
+                   "steps = 1 estimator = bundle(\"/abs/dir\") }\n");
+  ASSERT_TRUE(b.cfg) << b.errors;
+  EXPECT_EQ(b.cfg->estimator.kind, EstimatorSpec::Kind::Bundle);
+  EXPECT_EQ(b.cfg->estimator.path, std::filesystem::path("/abs/dir"));
+}
+
+TEST(TrainFile, UnknownFieldHasLocationAndCaret) {
+  Result r = check(withFields("  stesp = 3\n"));
+  EXPECT_FALSE(r.cfg);
+  EXPECT_EQ(r.errors, "t.cac:6:3: error: unknown field 'stesp'; did you "
+                      "mean 'steps'?\n"
+                      "  stesp = 3\n"
+                      "  ^\n");
+}
+
+TEST(TrainFile, WrongTypes) {
+  Result r = check(withFields("  prompts = \"many\"\n"));
+  EXPECT_FALSE(r.cfg);
+  EXPECT_EQ(r.errors,
+            "t.cac:6:13: error: 'prompts' must be an integer, got string "
+            "'\"many\"'\n"
+            "  prompts = \"many\"\n"
+            "            ^\n");
+  r = check(withFields("  epochs = 1.5\n"));
+  EXPECT_NE(r.errors.find("t.cac:6:12: error: 'epochs' must be an integer, "
+                          "got 1.5"),
+            std::string::npos)
+      << r.errors;
+  r = check(withFields("  whiten = 1\n"));
+  EXPECT_NE(r.errors.find("t.cac:6:12: error: 'whiten' must be true or "
+                          "false"),
+            std::string::npos)
+      << r.errors;
+  r = check(withFields("  optimizer = sgd(lr = 1)\n"));
+  EXPECT_NE(r.errors.find("t.cac:6:15: error: 'optimizer' must be adamw("),
+            std::string::npos)
+      << r.errors;
+}
+
+TEST(TrainFile, BadValues) {
+  Result r = check(withFields("  rollout = group(n = 0)\n"));
+  EXPECT_NE(r.errors.find("t.cac:6:23: error: 'n' of 'group' must be in "
+                          "[1, 4096], got 0"),
+            std::string::npos)
+      << r.errors;
+  r = check(withFields("  aggregation = \"seq-mean\"\n"));
+  EXPECT_NE(r.errors.find("t.cac:6:17: error: unknown aggregation "
+                          "'seq-mean'"),
+            std::string::npos)
+      << r.errors;
+  r = check(withFields("  optimizer = adamw(lr = 0)\n"));
+  EXPECT_NE(r.errors.find("t.cac:6:26: error: 'lr' of 'adamw' must be in "
+                          "(0, 10], got 0"),
+            std::string::npos)
+      << r.errors;
+  r = check(withFields("  optimizer = adamw(lr = 1e-3, lr = 2e-3)\n"));
+  EXPECT_NE(r.errors.find("t.cac:6:32: error: argument 'lr' of 'adamw' is "
+                          "given twice"),
+            std::string::npos)
+      << r.errors;
+  r = check(withFields("  optimizer = adamw(weight_decy = 0.1)\n"));
+  EXPECT_NE(r.errors.find("t.cac:6:21: error: unknown argument 'weight_decy' "
+                          "of 'adamw'"),
+            std::string::npos)
+      << r.errors;
+  EXPECT_NE(r.errors.find("did you mean 'weight_decay'?"), std::string::npos);
+  r = check(withFields("  minibatches = 1000\n"));
+  EXPECT_NE(r.errors.find("t.cac:6:3: error: minibatches (1000) exceeds the "
+                          "sequences per step"),
+            std::string::npos)
+      << r.errors;
+  r = check("train t { model = builtin(\"huge\") task = arith() steps = 1 "
+            "estimator = \"g.cac\" }");
+  EXPECT_NE(r.errors.find("t.cac:1:27: error: unknown builtin model size "
+                          "'huge'"),
+            std::string::npos)
+      << r.errors;
+  r = check("train t { model = builtin(\"tiny\") steps = 1 estimator = "
+            "\"g.cac\"\n task = arith(min_level = 3, max_level = 2) }");
+  EXPECT_NE(r.errors.find("t.cac:2:9: error: arith: min_level (3) exceeds "
+                          "max_level (2)"),
+            std::string::npos)
+      << r.errors;
+}
+
+TEST(TrainFile, MissingRequiredAndDuplicates) {
+  Result r = check("train run {\n  model = builtin(\"tiny\")\n"
+                   "  model = builtin(\"small\")\n}\n");
+  EXPECT_FALSE(r.cfg);
+  EXPECT_NE(r.errors.find("t.cac:3:3: error: field 'model' is set twice\n"),
+            std::string::npos)
+      << r.errors;
+  EXPECT_NE(r.errors.find("t.cac:2:3: note: first set here\n"),
+            std::string::npos);
+  for (const char *f : {"task", "estimator", "steps"})
+    EXPECT_NE(r.errors.find(std::string("t.cac:1:1: error: training run "
+                                        "'run' is missing the required "
+                                        "field '") +
+                            f + "'"),
+              std::string::npos)
+        << r.errors;
+}
+
+TEST(TrainFile, SyntaxErrors) {
+  struct Case {
+    const char *src;
+    const char *expected;
+  };
+  const Case cases[] = {
+      {"run t {}", "t.cac:1:1: error: expected 'train NAME { ... }'\n"
+                   "run t {}\n^\n"},
+      {"train t {\n  steps 10\n}",
+       "t.cac:2:9: error: expected '=' after 'steps', found a number\n"
+       "  steps 10\n"
+       "        ^\n"},
+      {"train t {\n  steps = \n}",
+       "t.cac:3:1: error: expected a value (number, string, name or call), "
+       "found '}'\n}\n^\n"},
+      {"train t {\n  out = \"runs/x\n}",
+       "t.cac:2:9: error: unterminated string\n"
+       "  out = \"runs/x\n"
+       "        ^\n"},
+      {"train t {\n  steps = 10\n", "t.cac:3:1: error: expected '}' to close "
+                                    "'train t'\n\n^\n"},
+      {"train t {\n  steps = 3x\n}", "t.cac:2:11: error: malformed number "
+                                     "'3x...'\n  steps = 3x\n          ^\n"},
+      {"train t {\n  rollout = group(n = 8 temperature = 1)\n}",
+       "t.cac:2:25: error: expected ',' or ')' in the arguments of 'group', "
+       "found a name\n"
+       "  rollout = group(n = 8 temperature = 1)\n"
+       "                        ^\n"},
+      {"train t {\n  steps = 1 $\n}", "t.cac:2:13: error: unexpected "
+                                      "character '$'\n"
+                                      "  steps = 1 $\n"
+                                      "            ^\n"},
+      {"train t { } train u { }",
+       "t.cac:1:13: error: expected end of file after the training block\n"
+       "train t { } train u { }\n"
+       "            ^\n"},
+  };
+  for (const Case &c : cases) {
+    Result r = check(c.src);
+    EXPECT_FALSE(r.cfg) << c.src;
+    EXPECT_EQ(r.errors, c.expected) << c.src;
+  }
+}
+
+TEST(TrainFile, CaretKeepsTabs) {
+  Result r = check("train t {\n\tstesp = 1\n}");
+  EXPECT_NE(r.errors.find("t.cac:2:2: error: unknown field 'stesp'"),
+            std::string::npos);
+  EXPECT_NE(r.errors.find("\tstesp = 1\n\t^\n"), std::string::npos) << r.errors;
+}
+
+TEST(TrainFile, Overrides) {
+  Result r = check(withFields("  warm_start = sft(steps = 5)\n"
+                              "  eval = greedy(every = 3)\n"));
+  ASSERT_TRUE(r.cfg) << r.errors;
+  TrainConfig c = *r.cfg;
+  Overrides o;
+  o.steps = 7;
+  o.sftSteps = 0;
+  o.evalEvery = 1;
+  o.seed = 9;
+  o.out = "elsewhere";
+  o.threads = 1;
+  applyOverrides(c, o);
+  EXPECT_EQ(c.steps, 7);
+  EXPECT_EQ(c.sft.steps, 0);
+  EXPECT_EQ(c.eval.every, 1);
+  EXPECT_EQ(c.seed, 9u);
+  EXPECT_EQ(c.out, std::filesystem::path("elsewhere"));
+  EXPECT_EQ(c.threads, 1);
+  // Nothing set: nothing changes.
+  TrainConfig d = *r.cfg;
+  applyOverrides(d, Overrides{});
+  EXPECT_EQ(d.steps, 10);
+  EXPECT_EQ(d.sft.steps, 5);
+}
+
+TEST(TrainFile, ExamplesParse) {
+  for (const char *name : {"train.cac", "train_gae.cac"}) {
+    std::string errors;
+    auto cfg = loadTrainFile(
+        std::string(CAC_TEST_SOURCE_DIR) + "/examples/arith/" + name, errors);
+    ASSERT_TRUE(cfg) << errors;
+    EXPECT_EQ(errors, "");
+    EXPECT_TRUE(std::filesystem::exists(cfg->estimator.path))
+        << cfg->estimator.path;
+  }
+  std::string errors;
+  EXPECT_FALSE(loadTrainFile("/nonexistent/train.cac", errors));
+  EXPECT_EQ(errors,
+            "/nonexistent/train.cac: error: cannot read the training file\n");
+}
+
+} // namespace

@@ -1,0 +1,289 @@
+//===- trainer-test.cpp - Short runs of the training loop -----------------===//
+//
+// A model of a few thousand parameters, two SFT and three RL steps: resuming
+// after a simulated kill must give exactly the metrics and weights of an
+// uninterrupted run, the same seed must give the same metrics, and broken
+// checkpoints or estimator mismatches must be reported, not crash. Needs the
+// stdlib bundles (see CMakeLists.txt); skips without them.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cac/Runtime/Model/ModelIO.h"
+#include "cac/Runtime/Train/Trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+using namespace cac::rt::train;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string bundlesDir() { return CAC_TEST_TRAIN_BUNDLES; }
+
+class TrainerTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    if (bundlesDir().empty() ||
+        !fs::exists(fs::path(bundlesDir()) / "grpo" / "manifest.json"))
+      GTEST_SKIP() << "no compiled stdlib bundles (build with the compiler "
+                      "or set CAC_TEST_STDLIB_BUNDLES)";
+    dir_ = fs::temp_directory_path() /
+           ("cac-trainer-test-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!dir_.empty())
+      fs::remove_all(dir_);
+  }
+
+  /// A very small run: 2 SFT + 3 RL steps, a checkpoint after every step.
+  std::string source(const std::string &estimator = "grpo",
+                     const std::string &extra = "") const {
+    std::string est = (fs::path(bundlesDir()) / estimator).string();
+    std::string critic = estimator == "gae"
+                             ? "critic = value_head(coef = 0.5)\n"
+                             : "critic = none\n";
+    return "train tiny {\n"
+           "  model = builtin(\"custom\", hidden = 16, layers = 1, heads = 2, "
+           "kv_heads = 1, ffn = 32, max_positions = 32)\n"
+           "  task = arith(min_level = 1, max_level = 1)\n"
+           "  estimator = bundle(\"" +
+           est + "\")\n  " + critic +
+           "  rollout = group(n = 4, max_tokens = 4)\n"
+           "  prompts = 3\n"
+           "  minibatches = 2\n"
+           "  epochs = 2\n"
+           "  kl = k3(coef = 0.01)\n"
+           "  aggregation = \"seq-mean-token-mean\"\n"
+           "  warm_start = sft(steps = 2, batch = 4, lr = 1e-2)\n"
+           "  steps = 3\n"
+           "  eval = greedy(every = 2, size = 6)\n"
+           "  checkpoint_every = 1\n"
+           "  threads = 1\n"
+           "  seed = 3\n" +
+           extra + "}\n";
+  }
+
+  /// Parses \p src (written to dir_/NAME.cac) with \p out as output folder.
+  TrainConfig config(const std::string &src, const std::string &out) {
+    fs::path file = dir_ / "train.cac";
+    std::ofstream(file) << src;
+    std::string errors;
+    auto cfg = loadTrainFile(file, errors);
+    EXPECT_TRUE(cfg) << errors;
+    cfg->out = dir_ / out;
+    return *cfg;
+  }
+
+  std::vector<json> runToEnd(TrainConfig cfg, TrainerOptions opts = {}) {
+    opts.progress = false;
+    opts.verbose = false;
+    Trainer t(cfg, opts);
+    DiagnosticEngine diag(cfg.file.string(), "");
+    EXPECT_TRUE(t.prepare(diag)) << diag.render();
+    t.run();
+    return t.metrics();
+  }
+
+  static std::vector<json> withoutTimes(std::vector<json> rows) {
+    for (auto &r : rows)
+      for (const char *k :
+           {"tokens_per_s", "time_gen_s", "time_estimator_s", "time_update_s",
+            "time_eval_s", "time_step_s", "elapsed_s"})
+        r.erase(k);
+    return rows;
+  }
+
+  static std::string readAll(const fs::path &p) {
+    std::ifstream in(p, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(TrainerTest, RunsAndWritesItsOutputs) {
+  TrainConfig cfg = config(source(), "a");
+  std::vector<json> rows = runToEnd(cfg);
+  // 2 SFT rows, the RL-start eval, 3 RL rows.
+  ASSERT_EQ(rows.size(), 6u);
+  EXPECT_EQ(rows[0]["phase"], "sft");
+  EXPECT_EQ(rows[2]["phase"], "eval");
+  EXPECT_EQ(rows[2]["step"], 2);
+  EXPECT_EQ(rows[5]["phase"], "rl");
+  EXPECT_EQ(rows[5]["step"], 5);
+  EXPECT_TRUE(rows[4].contains("eval_acc")); // every = 2
+  EXPECT_TRUE(rows[5].contains("eval_acc")); // the end
+  EXPECT_TRUE(rows[5].contains("kl"));
+  for (const char *k : {"reward_mean", "acc", "loss", "entropy", "clip_frac",
+                        "grad_norm", "time_estimator_s", "tokens_per_s"})
+    EXPECT_TRUE(rows[3].contains(k)) << k;
+  for (const char *f : {"metrics.jsonl", "metrics.csv", "plot.png",
+                        "checkpoint/checkpoint.json", "final/config.json"})
+    EXPECT_TRUE(fs::exists(cfg.out / f)) << f;
+}
+
+TEST_F(TrainerTest, SameSeedSameMetrics) {
+  auto a = withoutTimes(runToEnd(config(source(), "a")));
+  auto b = withoutTimes(runToEnd(config(source(), "b")));
+  EXPECT_EQ(json(a).dump(), json(b).dump());
+  std::string other = source();
+  other.replace(other.find("seed = 3"), 8, "seed = 4");
+  auto c = withoutTimes(runToEnd(config(other, "c")));
+  EXPECT_NE(json(a).dump(), json(c).dump());
+}
+
+TEST_F(TrainerTest, ResumeAfterKillEqualsUninterrupted) {
+  for (int64_t killAfter : {2, 3, 4}) {
+    SCOPED_TRACE("killed after " + std::to_string(killAfter) + " steps");
+    std::string whole = "whole" + std::to_string(killAfter);
+    std::string part = "part" + std::to_string(killAfter);
+    auto expected = withoutTimes(runToEnd(config(source(), whole)));
+    TrainConfig cfg = config(source(), part);
+    TrainerOptions kill;
+    kill.stopAfterSteps = killAfter; // logged, but not checkpointed
+    runToEnd(cfg, kill);
+    TrainerOptions resume;
+    resume.resume = true;
+    auto got = withoutTimes(runToEnd(cfg, resume));
+    EXPECT_EQ(json(got).dump(), json(expected).dump());
+    // The logged files agree too, and so do the final weights.
+    EXPECT_EQ(readAll(dir_ / part / "final" / "model.safetensors"),
+              readAll(dir_ / whole / "final" / "model.safetensors"));
+    std::string csv = readAll(dir_ / part / "metrics.csv");
+    EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 7);
+  }
+}
+
+TEST_F(TrainerTest, GaeWithValueHeadResumes) {
+  auto expected = withoutTimes(runToEnd(config(source("gae"), "whole")));
+  ASSERT_EQ(expected.size(), 6u);
+  EXPECT_TRUE(expected[3].contains("value_loss"));
+  TrainConfig cfg = config(source("gae"), "part");
+  TrainerOptions kill;
+  kill.stopAfterSteps = 3;
+  runToEnd(cfg, kill);
+  TrainerOptions resume;
+  resume.resume = true;
+  EXPECT_EQ(json(withoutTimes(runToEnd(cfg, resume))).dump(),
+            json(expected).dump());
+}
+
+TEST_F(TrainerTest, MalformedCheckpointIsAnError) {
+  TrainConfig cfg = config(source(), "a");
+  TrainerOptions kill;
+  kill.stopAfterSteps = 2;
+  runToEnd(cfg, kill);
+  fs::path ckpt = cfg.out / "checkpoint";
+  ASSERT_TRUE(fs::exists(ckpt / "checkpoint.json"));
+
+  auto resumeError = [&]() -> std::string {
+    TrainerOptions o;
+    o.resume = true;
+    o.progress = false;
+    o.verbose = false;
+    Trainer t(cfg, o);
+    DiagnosticEngine diag(cfg.file.string(), "");
+    EXPECT_TRUE(t.prepare(diag));
+    try {
+      t.run();
+    } catch (const TrainError &e) {
+      return e.what();
+    }
+    return "";
+  };
+  // Truncated weights.
+  fs::resize_file(ckpt / "policy" / "model.safetensors", 10);
+  std::string e = resumeError();
+  EXPECT_NE(e.find("--resume"), std::string::npos) << e;
+  EXPECT_NE(e.find("checkpoint"), std::string::npos) << e;
+  // Garbage metadata.
+  std::ofstream(ckpt / "checkpoint.json") << "{ not json";
+  e = resumeError();
+  EXPECT_NE(e.find("--resume"), std::string::npos) << e;
+  // No checkpoint at all.
+  fs::remove_all(ckpt);
+  e = resumeError();
+  EXPECT_NE(e.find("no checkpoint"), std::string::npos) << e;
+}
+
+TEST_F(TrainerTest, ResumeWithOtherSftStepsIsAnError) {
+  TrainConfig cfg = config(source(), "a");
+  TrainerOptions kill;
+  kill.stopAfterSteps = 2; // checkpointed after step 1
+  runToEnd(cfg, kill);
+  cfg.sft.steps = 5;
+  TrainerOptions o;
+  o.resume = true;
+  o.progress = o.verbose = false;
+  Trainer t(cfg, o);
+  DiagnosticEngine diag(cfg.file.string(), "");
+  ASSERT_TRUE(t.prepare(diag));
+  EXPECT_THROW(
+      {
+        try {
+          t.run();
+        } catch (const TrainError &e) {
+          EXPECT_NE(std::string(e.what()).find("2 SFT steps"),
+                    std::string::npos)
+              << e.what();
+          throw;
+        }
+      },
+      TrainError);
+}
+
+TEST_F(TrainerTest, RefusesToOverwriteACheckpoint) {
+  TrainConfig cfg = config(source(), "a");
+  TrainerOptions kill;
+  kill.stopAfterSteps = 2;
+  runToEnd(cfg, kill);
+  TrainerOptions o;
+  o.progress = o.verbose = false;
+  Trainer t(cfg, o);
+  DiagnosticEngine diag(cfg.file.string(), "");
+  ASSERT_TRUE(t.prepare(diag));
+  EXPECT_THROW(t.run(), TrainError);
+}
+
+TEST_F(TrainerTest, EstimatorMismatchesAreDiagnosedAtTheField) {
+  // GAE reads `value`, so it needs a critic; GRPO reads none.
+  std::string src = source("grpo", "");
+  src.replace(src.find("/grpo\")"), 7, "/gae\", lamda = 0.9)");
+  TrainConfig cfg = config(src, "a");
+  fs::path file = dir_ / "train.cac";
+  std::string text = readAll(file);
+  DiagnosticEngine diag(file.string(), text);
+  Trainer t(cfg, {});
+  EXPECT_FALSE(t.prepare(diag));
+  std::string errors = diag.render();
+  EXPECT_NE(errors.find(":5:12: error: estimator 'gae' reads the token input "
+                        "'value': set critic = value_head(...)"),
+            std::string::npos)
+      << errors;
+  EXPECT_NE(errors.find("error: estimator 'gae' has no parameter 'lamda' "
+                        "(parameters: gamma, lambda)"),
+            std::string::npos)
+      << errors;
+
+  std::string src2 = source("grpo", "");
+  src2.replace(src2.find("critic = none"), 13, "critic = value_head()");
+  TrainConfig cfg2 = config(src2, "b");
+  DiagnosticEngine diag2(file.string(), readAll(file));
+  Trainer t2(cfg2, {});
+  EXPECT_FALSE(t2.prepare(diag2));
+  EXPECT_NE(diag2.render().find("error: a critic is set but estimator 'grpo' "
+                                "reads no token input 'value'"),
+            std::string::npos)
+      << diag2.render();
+}
+
+} // namespace
