@@ -157,63 +157,15 @@ struct Range {
   uint32_t lo, hi;
 };
 
-bool inRanges(uint32_t cp, const Range *ranges, size_t n) {
-  for (size_t i = 0; i < n; ++i)
-    if (cp >= ranges[i].lo && cp <= ranges[i].hi)
-      return true;
-  return false;
+// \p{L}, \p{N} and \s above ASCII, generated from the Unicode database.
+#include "UnicodeTables.inc"
+
+template <size_t N> bool inRanges(uint32_t cp, const Range (&ranges)[N]) {
+  const Range *it = std::upper_bound(
+      ranges, ranges + N, cp,
+      [](uint32_t c, const Range &r) { return c < r.lo; });
+  return it != ranges && cp <= (it - 1)->hi;
 }
-
-// \s: Unicode White_Space.
-constexpr Range kSpaceRanges[] = {
-    {0x09, 0x0D}, {0x20, 0x20},     {0x85, 0x85},     {0xA0, 0xA0},
-    {0x1680, 0x1680}, {0x2000, 0x200A}, {0x2028, 0x2029}, {0x202F, 0x202F},
-    {0x205F, 0x205F}, {0x3000, 0x3000},
-};
-
-// \p{N} beyond ASCII: the decimal digits of the major scripts and the common
-// other numbers (superscripts, fractions, circled, roman numerals).
-constexpr Range kNumberRanges[] = {
-    {0xB2, 0xB3},       {0xB9, 0xB9},       {0xBC, 0xBE},
-    {0x660, 0x669},     {0x6F0, 0x6F9},     {0x7C0, 0x7C9},
-    {0x966, 0x96F},     {0x9E6, 0x9EF},     {0xA66, 0xA6F},
-    {0xAE6, 0xAEF},     {0xB66, 0xB6F},     {0xBE6, 0xBF2},
-    {0xC66, 0xC6F},     {0xCE6, 0xCEF},     {0xD66, 0xD78},
-    {0xE50, 0xE59},     {0xED0, 0xED9},     {0xF20, 0xF33},
-    {0x1040, 0x1049},   {0x16EE, 0x16F0},   {0x17E0, 0x17E9},
-    {0x1810, 0x1819},   {0x2070, 0x2070},   {0x2074, 0x2079},
-    {0x2080, 0x2089},   {0x2150, 0x2189},   {0x2460, 0x249B},
-    {0x24EA, 0x24FF},   {0x2776, 0x2793},   {0x3007, 0x3007},
-    {0x3021, 0x3029},   {0x3038, 0x303A},   {0x3192, 0x3195},
-    {0x3220, 0x3229},   {0x3248, 0x324F},   {0x3251, 0x325F},
-    {0x3280, 0x3289},   {0x32B1, 0x32BF},   {0xFF10, 0xFF19},
-    {0x1D7CE, 0x1D7FF}, {0x1F100, 0x1F10C},
-};
-
-// Neither letter, number nor space beyond ASCII: punctuation, symbols,
-// combining marks, format and control characters of the common blocks.
-constexpr Range kOtherRanges[] = {
-    {0x80, 0xA9},       {0xAB, 0xB4},       {0xB6, 0xB9},
-    {0xBB, 0xBF},       {0xD7, 0xD7},       {0xF7, 0xF7},
-    {0x2C2, 0x2C5},     {0x2D2, 0x2DF},     {0x2E5, 0x2EB},
-    {0x2ED, 0x2ED},     {0x2EF, 0x36F},     {0x37E, 0x37E},
-    {0x384, 0x385},     {0x387, 0x387},     {0x483, 0x489},
-    {0x55A, 0x55F},     {0x589, 0x58A},     {0x591, 0x5BD},
-    {0x5BE, 0x5C7},     {0x5F3, 0x5F4},     {0x600, 0x61F},
-    {0x64B, 0x65F},     {0x66A, 0x66D},     {0x670, 0x670},
-    {0x6D4, 0x6D4},     {0x6D6, 0x6ED},     {0x900, 0x903},
-    {0x93A, 0x94F},     {0x951, 0x957},     {0x962, 0x965},
-    {0x970, 0x970},     {0xE31, 0xE31},     {0xE34, 0xE3A},
-    {0xE3F, 0xE3F},     {0xE47, 0xE4F},     {0x2000, 0x206F},
-    {0x20A0, 0x20FF},   {0x2100, 0x214F},   {0x2190, 0x245F},
-    {0x249C, 0x24E9},   {0x2500, 0x2775},   {0x2794, 0x2BFF},
-    {0x2E00, 0x2E7F},   {0x3001, 0x3004},   {0x3008, 0x3020},
-    {0x302A, 0x3030},   {0x3099, 0x309C},   {0x30FB, 0x30FB},
-    {0xFE00, 0xFE6F},   {0xFEFF, 0xFEFF},   {0xFF01, 0xFF0F},
-    {0xFF1A, 0xFF20},   {0xFF3B, 0xFF40},   {0xFF5B, 0xFF65},
-    {0xFFE0, 0xFFFF},   {0x1D100, 0x1D1FF}, {0x1F000, 0x1F0FF},
-    {0x1F10D, 0x1FAFF}, {0xE0000, 0xE007F},
-};
 
 CharClass classify(uint32_t cp) {
   if (cp < 0x80) {
@@ -225,13 +177,13 @@ CharClass classify(uint32_t cp) {
       return CharClass::Space;
     return CharClass::Other;
   }
-  if (inRanges(cp, kSpaceRanges, std::size(kSpaceRanges)))
+  if (inRanges(cp, kSpaceRanges))
     return CharClass::Space;
-  if (inRanges(cp, kNumberRanges, std::size(kNumberRanges)))
+  if (inRanges(cp, kNumberRanges))
     return CharClass::Number;
-  if (inRanges(cp, kOtherRanges, std::size(kOtherRanges)))
-    return CharClass::Other;
-  return CharClass::Letter;
+  if (inRanges(cp, kLetterRanges))
+    return CharClass::Letter;
+  return CharClass::Other;
 }
 
 /// A decoded code point with its byte offset and class.
@@ -629,7 +581,9 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::fromFile(const fs::path &path) {
 
 std::vector<std::string_view>
 BpeTokenizer::preTokenize(std::string_view text) const {
-  std::vector<std::string_view> pieces{text};
+  std::vector<std::string_view> pieces;
+  if (!text.empty())
+    pieces.push_back(text);
   for (const auto &[style, digits] : splits_) {
     std::vector<std::string_view> next;
     for (std::string_view piece : pieces) {

@@ -189,6 +189,33 @@ TEST(BpeTokenizer, Gpt2PreTokenizer) {
   EXPECT_EQ(pieces(*t, "I'LL"), (Strings{"I", "'", "LL"}));
 }
 
+TEST(BpeTokenizer, UnicodeClassesBeyondAscii) {
+  // Expected pieces computed with Python's `regex` module and the GPT-2 and
+  // Llama 3 patterns: combining marks (Mn/Mc) are neither letters nor
+  // numbers, other scripts' digits are numbers, U+00A0 and U+3000 are spaces.
+  auto g = tinyTokenizer();
+  EXPECT_EQ(pieces(*g, "हिन्दी १२३४"),
+            (Strings{"ह", "ि", "न", "्", "द", "ी", " १२३४"}));
+  EXPECT_EQ(pieces(*g, "x\u00a0y\u3000 z"),
+            (Strings{"x", "\u00a0", "y", "\u3000", " z"}));
+  EXPECT_EQ(pieces(*g, "ℕ⅓ café"), (Strings{"ℕ", "⅓", " café"}));
+  EXPECT_EQ(pieces(*g, "কি? ৩"), (Strings{"ক", "ি?", " ৩"}));
+  json j = tinyTokenizerJson();
+  j["pre_tokenizer"] = {
+      {"type", "Split"},
+      {"pattern",
+       {{"Regex", R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|)"
+                  R"(\p{N}{1,3}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|)"
+                  R"(\s+(?!\S)|\s+)"}}},
+      {"behavior", "Isolated"}};
+  auto l = BpeTokenizer::fromJson(j, "llama3");
+  EXPECT_EQ(pieces(*l, "हिन्दी १२३४"),
+            (Strings{"ह", "िन", "्द", "ी", " ", "१२३", "४"}));
+  EXPECT_EQ(pieces(*l, "x\u00a0y\u3000 z"),
+            (Strings{"x", "\u00a0y", "\u3000", " z"}));
+  EXPECT_EQ(pieces(*l, "কি? ৩"), (Strings{"ক", "ি?", " ", "৩"}));
+}
+
 TEST(BpeTokenizer, Llama3AndQwen2PreTokenizers) {
   const std::string llama3 =
       R"((?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}|)"

@@ -98,11 +98,13 @@ struct AddedToken {
 /// regex) and a Sequence of Split + ByteLevel whose pattern is the Llama 3 or
 /// Qwen2 regex; a TemplateProcessing post-processor for single sequences.
 ///
-/// The split regexes are implemented by hand, without a regex engine. Unicode
-/// classes are approximated: ASCII is exact; beyond ASCII, known whitespace,
-/// digit and punctuation/symbol ranges are classified and every other code
-/// point counts as a letter. The NFC normalizer is treated as the identity
-/// (exact for text that is already NFC, which is nearly all text).
+/// The split regexes are implemented by hand, without a regex engine, over
+/// \p{L}, \p{N} and \s tables generated from the Unicode database
+/// (UnicodeTables.inc); on random text over all of Unicode they split exactly
+/// as Python's `regex` module does with the original patterns. The NFC
+/// normalizer is treated as the identity (exact for text that is already
+/// NFC, which is nearly all text). Added-token flags (lstrip, rstrip,
+/// single_word, normalized) are ignored.
 class BpeTokenizer : public Tokenizer {
 public:
   /// Parses a tokenizer.json; \p source names it in error messages.
