@@ -263,18 +263,18 @@ namespace {
 /// 5x7 glyphs, one string of 7 rows of 5 columns ('#' = ink) per character.
 const std::map<char, const char *> &glyphs() {
   static const std::map<char, const char *> g = {
-      {'0', " ### #   ##  ### # ### #  ##   # ### "},
+      {'0', " ### #   ##  ### # ###  ##   # ### "},
       {'1', "  #   ##    #    #    #    #   ### "},
-      {'2', " ### #   #    #   #   #   #    #####"},
-      {'3', "#####   #   #     #    ##   # ### "},
+      {'2', " ### #   #    #   #   #   #   #####"},
+      {'3', "#####   #   #     #     ##   # ### "},
       {'4', "   #   ##  # # #  # #####   #    # "},
-      {'5', "#####    ####     #    ##   # ### "},
+      {'5', "######    ####     #    ##   # ### "},
       {'6', "  ##  #   #    #### #   ##   # ### "},
-      {'7', "#####    #   #   #   #    #    #  "},
+      {'7', "#####    #   #   #   #    #    #   "},
       {'8', " ### #   ##   # ### #   ##   # ### "},
       {'9', " ### #   ##   # ####    #   #  ##  "},
       {'.', "                          ##   ##  "},
-      {'-', "               ###               "},
+      {'-', "               #####               "},
       {':', "      ##   ##        ##   ##       "},
       {'=', "          #####     #####          "},
       {'(', "   #   #   #    #    #     #     # "},
@@ -282,24 +282,24 @@ const std::map<char, const char *> &glyphs() {
       {'/', "         #   #   #   #   #         "},
       {'_', "                              #####"},
       {'a', "           ###     # #####   # ####"},
-      {'b', "#    #    # ## ##  ##   ##   #### "},
+      {'b', "#    #    # ## ##  ##   ##   ##### "},
       {'c', "           ### #    #    #   # ### "},
-      {'d', "    #    # ## #  ###   ##   # ####"},
-      {'e', "           ### #   ######    ###  "},
+      {'d', "    #    # ## ##  ###   ##   # ####"},
+      {'e', "           ### #   #######     ### "},
       {'f', "  ##  #  # #   ###   #    #    #   "},
-      {'g', "      ####   ##   # ####    # ### "},
+      {'g', "      #####   ##   # ####    # ### "},
       {'h', "#    #    # ## ##  ##   ##   ##   #"},
-      {'i', "  #         ##    #    #    #   ###"},
-      {'j', "   #        ##    #    ##  # ##   "},
+      {'i', "  #        ##    #    #    #   ### "},
+      {'j', "   #        ##    #    # #  #  ##  "},
       {'k', "#    #    #  # # #  ##   # #  #  # "},
       {'l', " ##    #    #    #    #    #   ### "},
       {'m', "          ## # # # ## # ##   ##   #"},
       {'n', "          # ## ##  ##   ##   ##   #"},
       {'o', "           ### #   ##   ##   # ### "},
-      {'p', "          #### #   #####  #    #   "},
-      {'q', "           ## #  # ####    #    #  "},
-      {'r', "          # ## ##   #    #    #    "},
-      {'s', "           ### #     ###      #### "},
+      {'p', "          #### #   ##### #    #    "},
+      {'q', "           #####   # ####    #    #"},
+      {'r', "          # ## ##  ##    #    #    "},
+      {'s', "           #####     ###     ##### "},
       {'t', " #    #   ###   #    #    #  #  ## "},
       {'u', "          #   ##   ##   ##  ## ## #"},
       {'v', "          #   ##   ##   # # #   #  "},
@@ -307,6 +307,7 @@ const std::map<char, const char *> &glyphs() {
       {'x', "          #   # # #   #   # # #   #"},
       {'y', "          #   ##   # ####    # ### "},
       {'z', "          #####   #   #   #   #####"},
+
   };
   return g;
 }
@@ -405,11 +406,14 @@ void writePlot(const std::vector<json> &rows, const fs::path &path) {
            s, 0x333333);
   }
   c.text(W / 2 - 12, H - 20, "step", 0x333333);
-  // Series (eval accuracy gets point markers: it is sparse).
+  // Series (eval accuracy gets point markers: it is sparse). With 0/1
+  // rewards reward and rollout accuracy coincide, so reward is drawn wider
+  // underneath.
   for (const auto &s : series) {
+    int width = std::string(s.key) == "reward_mean" ? 4 : 2;
     for (size_t i = 1; i < s.pts.size(); ++i)
       c.line(px(s.pts[i - 1].first), py(s.pts[i - 1].second),
-             px(s.pts[i].first), py(s.pts[i].second), s.color, 2);
+             px(s.pts[i].first), py(s.pts[i].second), s.color, width);
     if (std::string(s.key) == "eval_acc")
       for (const auto &p : s.pts)
         c.fillRect(static_cast<int>(px(p.first)) - 2,

@@ -1009,13 +1009,19 @@ bool parseSft(Checker &c, const Value &v, SftSpec &s) {
   }
   if (!isCall(v, "sft")) {
     c.expected(v, "'warm_start'",
-               "none or sft(steps = .., batch = .., lr = ..)");
+               "none or sft(steps = .., batch = .., lr = .., schedule = ..)");
     return false;
   }
-  Args a(c, v, {"steps", "batch", "lr"});
+  Args a(c, v, {"steps", "batch", "lr", "schedule"});
   a.integer("steps", s.steps, 0, 1LL << 40);
   a.integer("batch", s.batch, 1, 1 << 20);
   a.num("lr", s.lr, 0.0, 10.0, true);
+  if (const Value *sv = a.get("schedule")) {
+    ScheduleSpec sched;
+    if (!parseSchedule(c, *sv, sched))
+      return false;
+    s.schedule = sched;
+  }
   return a.ok();
 }
 

@@ -639,7 +639,8 @@ struct Trainer::Impl {
 
   json sftStep(int64_t sftIndex) {
     auto t0 = Clock::now();
-    double lr = setLr(scheduleFactor(cfg.schedule, sftIndex, cfg.sft.steps));
+    double lr = setLr(scheduleFactor(cfg.sft.schedule.value_or(cfg.schedule),
+                                     sftIndex, cfg.sft.steps));
     int64_t b = cfg.sft.batch;
     std::vector<Rollout> rows(b);
     std::vector<const Rollout *> ptrs;

@@ -63,7 +63,8 @@ TEST(TrainFile, ParsesEveryField) {
       "  optimizer = adamw(lr = 3e-4, beta2 = 0.95, weight_decay = 0.1, "
       "grad_clip = 0.5)\n"
       "  schedule = cosine(warmup = 3, min_ratio = 0.1)\n"
-      "  warm_start = sft(steps = 20, batch = 8, lr = 1e-3)\n"
+      "  warm_start = sft(steps = 20, batch = 8, lr = 1e-3,\n"
+      "                   schedule = cosine(warmup = 2, min_ratio = 0.5))\n"
       "  eval = greedy(every = 5, size = 50)\n"
       "  checkpoint_every = 7\n"
       "  seed = 42\n"
@@ -89,6 +90,9 @@ TEST(TrainFile, ParsesEveryField) {
   EXPECT_DOUBLE_EQ(c.optimizer.beta2, 0.95);
   EXPECT_EQ(c.schedule.kind, ScheduleSpec::Kind::Cosine);
   EXPECT_EQ(c.sft.steps, 20);
+  ASSERT_TRUE(c.sft.schedule);
+  EXPECT_EQ(c.sft.schedule->kind, ScheduleSpec::Kind::Cosine);
+  EXPECT_DOUBLE_EQ(c.sft.schedule->minRatio, 0.5);
   EXPECT_EQ(c.eval.every, 5);
   EXPECT_EQ(c.checkpointEvery, 7);
   EXPECT_EQ(c.seed, 42u);

@@ -207,6 +207,8 @@ struct SftSpec {
   int64_t steps = 0;
   int64_t batch = 32;
   double lr = 1e-3;
+  /// The SFT phase's own schedule (else the run's `schedule`).
+  std::optional<ScheduleSpec> schedule;
   SourceLoc loc;
 };
 
