@@ -810,10 +810,31 @@ bool parseModel(Checker &c, const Value &v, ModelSpec &m,
 bool parseTask(Checker &c, const Value &v, TaskSpec &t) {
   t.loc = v.loc;
   if (isCall(v, "arith")) {
-    Args a(c, v, {"min_level", "max_level", "eval_fraction"});
+    Args a(c, v, {"min_level", "max_level", "digits", "ops", "eval_fraction"});
     a.integer("min_level", t.minLevel, 1, 5);
     a.integer("max_level", t.maxLevel, 1, 5);
+    a.integer("digits", t.digits, 1, 9);
+    a.str("ops", t.ops);
     a.num("eval_fraction", t.evalFraction, 0.0, 0.9, true);
+    if (a.get("ops") && (t.ops.empty() ||
+                         t.ops.find_first_not_of("+-*") != std::string::npos)) {
+      c.diag().error(a.get("ops")->loc, "'ops' of 'arith' must be a non-empty "
+                                        "subset of \"+-*\", got \"" +
+                                            t.ops + "\"");
+      return false;
+    }
+    if (a.get("ops") && !a.get("digits")) {
+      c.diag().error(a.get("ops")->loc,
+                     "'ops' of 'arith' needs 'digits' (the levels fix "
+                     "their own operators)");
+      return false;
+    }
+    if (a.get("digits") && (a.get("min_level") || a.get("max_level"))) {
+      c.diag().error(a.get("digits")->loc,
+                     "'digits' and 'min_level'/'max_level' of 'arith' "
+                     "exclude each other");
+      return false;
+    }
     if (a.ok() && t.minLevel > t.maxLevel) {
       c.diag().error(v.loc, "arith: min_level (" + std::to_string(t.minLevel) +
                                 ") exceeds max_level (" +
@@ -833,7 +854,8 @@ bool parseTask(Checker &c, const Value &v, TaskSpec &t) {
     return a.ok();
   }
   c.expected(v, "'task'",
-             "arith(min_level = .., max_level = ..) or "
+             "arith(min_level = .., max_level = ..), arith(digits = .., "
+             "ops = \"+-\") or "
              "gsm8k(\"train.jsonl\", eval = \"test.jsonl\")");
   return false;
 }

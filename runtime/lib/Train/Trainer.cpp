@@ -13,6 +13,7 @@
 #include "cac/Runtime/Model/Transformer.h"
 #include "cac/Runtime/Train/Metrics.h"
 #include "cac/Runtime/Train/Objective.h"
+#include "cac/Runtime/Train/TwoOperandTask.h"
 
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
@@ -159,6 +160,7 @@ struct Trainer::Impl {
 
   std::unique_ptr<Tokenizer> tokenizer;
   std::optional<ArithmeticTask> arith;
+  std::optional<TwoOperandTask> twoOp;
   std::vector<Problem> gsmTrain, gsmEval;
   std::vector<Problem> evalSet;
 
@@ -404,7 +406,11 @@ struct Trainer::Impl {
         tokenizer = loadTokenizer(cfg.model.path);
       eosId = tokenizer->eosId().value_or(-1);
       padId = tokenizer->padId().value_or(eosId >= 0 ? eosId : 0);
-      if (cfg.task.kind == TaskSpec::Kind::Arith) {
+      if (cfg.task.kind == TaskSpec::Kind::Arith && cfg.task.digits > 0) {
+        twoOp.emplace(cfg.seed, cfg.task.digits, cfg.task.ops,
+                      cfg.task.evalFraction);
+        evalSet = twoOp->evalSet(static_cast<size_t>(cfg.eval.size));
+      } else if (cfg.task.kind == TaskSpec::Kind::Arith) {
         ArithmeticTask::Options o;
         o.seed = cfg.seed;
         o.minLevel = cfg.task.minLevel;
@@ -450,25 +456,27 @@ struct Trainer::Impl {
   // --- data ---------------------------------------------------------------
 
   Problem trainProblem(uint64_t index) const {
+    if (twoOp)
+      return twoOp->problem(Split::Train, index);
     if (arith)
       return arith->problem(Split::Train, index);
     return gsmTrain[index % gsmTrain.size()];
   }
 
   std::string promptText(const Problem &p) const {
-    if (arith)
+    if (arith || twoOp)
       return p.prompt;
     return "Question: " + p.prompt + "\nAnswer:";
   }
 
   std::string targetText(const Problem &p) const {
-    if (arith)
+    if (arith || twoOp)
       return p.solution;
     return " " + p.solution;
   }
 
   double reward(const Problem &p, const std::string &completion) const {
-    if (arith)
+    if (arith || twoOp)
       return ArithmeticTask::reward(p, completion);
     return gsm8kReward(p, completion);
   }

@@ -100,6 +100,27 @@ TEST(TrainFile, ParsesEveryField) {
   EXPECT_EQ(c.threads, 2);
 }
 
+TEST(TrainFile, ArithDigitsAndOps) {
+  Result r = check("train t { model = builtin(\"tiny\") steps = 1 estimator "
+                   "= \"g.cac\"\n task = arith(digits = 2, ops = \"+-*\") }");
+  ASSERT_TRUE(r.cfg) << r.errors;
+  EXPECT_EQ(r.cfg->task.digits, 2);
+  EXPECT_EQ(r.cfg->task.ops, "+-*");
+  r = check("train t { model = builtin(\"tiny\") steps = 1 estimator = "
+            "\"g.cac\"\n task = arith(digits = 2, ops = \"+/\") }");
+  EXPECT_NE(r.errors.find("t.cac:2:33: error: 'ops' of 'arith' must be a "
+                          "non-empty subset of \"+-*\", got \"+/\""),
+            std::string::npos)
+      << r.errors;
+  r = check("train t { model = builtin(\"tiny\") steps = 1 estimator = "
+            "\"g.cac\"\n task = arith(digits = 2, max_level = 3) }");
+  EXPECT_NE(r.errors.find("t.cac:2:24: error: 'digits' and "
+                          "'min_level'/'max_level' of 'arith' exclude each "
+                          "other"),
+            std::string::npos)
+      << r.errors;
+}
+
 TEST(TrainFile, EstimatorParameters) {
   Result r =
       check("train t { model = builtin(\"tiny\") task = arith() steps = 1\n"

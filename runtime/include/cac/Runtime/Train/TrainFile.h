@@ -106,6 +106,10 @@ struct TaskSpec {
   enum class Kind { Arith, Gsm8k };
   Kind kind = Kind::Arith;
   int minLevel = 1, maxLevel = 2;
+  /// arith(digits = D, ops = ".."): two-operand problems (TwoOperandTask)
+  /// instead of the built-in task's levels; 0: levels.
+  int digits = 0;
+  std::string ops = "+-";
   double evalFraction = 0.1;
   /// gsm8k: JSONL files (resolved against the training file's folder).
   std::filesystem::path trainPath, evalPath;

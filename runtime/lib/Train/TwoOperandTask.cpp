@@ -1,0 +1,76 @@
+//===- TwoOperandTask.cpp - a+b / a-b / a*b with D-digit operands ---------===//
+
+#include "cac/Runtime/Train/TwoOperandTask.h"
+
+#include <stdexcept>
+#include <unordered_set>
+#include <utility>
+
+namespace cac::rt::train {
+
+namespace {
+
+uint64_t splitmix(uint64_t &state) {
+  uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+
+ArithmeticTask makeSplitter(double evalFraction) {
+  ArithmeticTask::Options o;
+  o.evalFraction = evalFraction;
+  return ArithmeticTask(o);
+}
+
+} // namespace
+
+TwoOperandTask::TwoOperandTask(uint64_t seed, int digits, std::string ops,
+                               double evalFraction)
+    : seed_(seed), limit_(1), ops_(std::move(ops)),
+      splitter_(makeSplitter(evalFraction)) {
+  if (digits < 1 || digits > 9)
+    throw std::runtime_error("arith: digits must be in 1..9");
+  if (ops_.empty() || ops_.find_first_not_of("+-*") != std::string::npos)
+    throw std::runtime_error("arith: ops must be a non-empty subset of +-*");
+  for (int i = 0; i < digits; ++i)
+    limit_ *= 10;
+}
+
+Problem TwoOperandTask::problem(Split split, uint64_t index) const {
+  uint64_t state =
+      seed_ ^ (split == Split::Eval ? 0x5EEDE7A1ULL : 0x5EED7A1ULL);
+  splitmix(state);
+  state ^= index;
+  for (int attempt = 0; attempt < 100000; ++attempt) {
+    int64_t a = static_cast<int64_t>(splitmix(state) % limit_);
+    int64_t b = static_cast<int64_t>(splitmix(state) % limit_);
+    char op = ops_[splitmix(state) % ops_.size()];
+    if (op == '-' && a < b)
+      std::swap(a, b);
+    Problem p;
+    p.prompt = std::to_string(a) + op + std::to_string(b) + "=";
+    if (splitter_.isEvalPrompt(p.prompt) != (split == Split::Eval))
+      continue;
+    int64_t v = op == '+' ? a + b : op == '-' ? a - b : a * b;
+    p.answer = std::to_string(v);
+    p.solution = p.answer;
+    p.id = "arith/" + p.prompt;
+    return p;
+  }
+  throw std::runtime_error("arith: no problem found for the split");
+}
+
+std::vector<Problem> TwoOperandTask::evalSet(size_t n) const {
+  std::vector<Problem> out;
+  std::unordered_set<std::string> seen;
+  uint64_t limit = 200 * static_cast<uint64_t>(n) + 1000;
+  for (uint64_t i = 0; i < limit && out.size() < n; ++i) {
+    Problem p = problem(Split::Eval, i);
+    if (seen.insert(p.prompt).second)
+      out.push_back(std::move(p));
+  }
+  return out;
+}
+
+} // namespace cac::rt::train
