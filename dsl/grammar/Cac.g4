@@ -20,6 +20,7 @@ stmt
   | 'param' ID ('=' number)? ';'?                 # paramStmt
   | 'let' ID (':' ID)? '=' expr ';'?              # letStmt
   | 'output' ID ':' ID '=' expr ';'?              # outputStmt
+  | 'segments' '=' expr ';'?                      # segmentsStmt
   ;
 
 number

@@ -104,6 +104,9 @@ void ast::dump(const Estimator &est, llvm::raw_ostream &os) {
     case Stmt::Kind::Output:
       os << "Output " << s.name;
       break;
+    case Stmt::Kind::Segments:
+      os << "Segments";
+      break;
     }
     printType(s.type, os);
     printLoc(s.loc, os);

@@ -191,6 +191,12 @@ private:
         s.domainLoc = loc(l->ID(1));
       }
       s.value = buildExpr(l->expr());
+    } else if (auto *sg =
+                   dynamic_cast<cacgen::CacParser::SegmentsStmtContext *>(ctx)) {
+      s.kind = Stmt::Kind::Segments;
+      s.name = "segments";
+      s.nameLoc = s.loc;
+      s.value = buildExpr(sg->expr());
     } else {
       auto *o = dynamic_cast<cacgen::CacParser::OutputStmtContext *>(ctx);
       s.kind = Stmt::Kind::Output;

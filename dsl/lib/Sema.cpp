@@ -25,6 +25,8 @@ constexpr BuiltinInfo kBuiltins[] = {
     {"sqrt", Builtin::Sqrt},
     {"abs", Builtin::Abs},
     {"sigmoid", Builtin::Sigmoid},
+    {"floor", Builtin::Floor},
+    {"mod", Builtin::Mod},
     {"min", Builtin::Min},
     {"max", Builtin::Max},
     {"pow", Builtin::Pow},
@@ -41,6 +43,19 @@ constexpr BuiltinInfo kBuiltins[] = {
     {"is_first", Builtin::IsFirst},
     {"is_last", Builtin::IsLast},
     {"length", Builtin::Length},
+    {"after", Builtin::After},
+    {"every", Builtin::Every},
+    {"nth", Builtin::Nth},
+    {"balanced", Builtin::Balanced},
+    {"seg_start", Builtin::SegStart},
+    {"seg_end", Builtin::SegEnd},
+    {"seg_len", Builtin::SegLen},
+    {"seg_pos", Builtin::SegPos},
+    {"num_segs", Builtin::NumSegs},
+    {"seg_sum", Builtin::SegSum},
+    {"seg_mean", Builtin::SegMean},
+    {"seg_first", Builtin::SegFirst},
+    {"seg_last", Builtin::SegLast},
     {"seq_sum", Builtin::SeqSum},
     {"seq_mean", Builtin::SeqMean},
     {"seq_min", Builtin::SeqMin},
@@ -140,7 +155,7 @@ private:
       auto d = declaredDomain(s);
       if (!d)
         return false;
-      if (*d == Domain::Seg || *d == Domain::Node) {
+      if (*d == Domain::Node) {
         error(s.domainLoc) << "inputs of domain '" << s.domainName
                            << "' are not supported yet";
         return false;
@@ -170,7 +185,7 @@ private:
       s.type = s.value->type;
       if (!s.domainName.empty()) {
         auto d = declaredDomain(s);
-        if (!d)
+        if (!d || !domainUsable(*d, s.domainLoc))
           return false;
         if (!broadcastsTo(s.type.domain, *d)) {
           error(s.value->loc)
@@ -183,9 +198,31 @@ private:
       }
       return declare(s, Symbol::Kind::Let);
     }
+    case Stmt::Kind::Segments: {
+      if (segmentsLoc) {
+        auto d = error(s.loc) << "the segments are already defined";
+        note(d, *segmentsLoc, "previous definition is here");
+        return false;
+      }
+      if (!checkExpr(*s.value))
+        return false;
+      if (s.value->type.domain != Domain::Token &&
+          s.value->type.domain != Domain::Scalar) {
+        error(s.value->loc)
+            << "'segments' takes a token predicate (true where a segment "
+               "starts), but this value has domain '"
+            << domainName(s.value->type.domain) << "'";
+        return false;
+      }
+      if (!requireBool(*s.value, "'segments'"))
+        return false;
+      s.type = {Domain::Token, ElemKind::Bool};
+      segmentsLoc = s.loc;
+      return true;
+    }
     case Stmt::Kind::Output: {
       auto d = declaredDomain(s);
-      if (!d)
+      if (!d || !domainUsable(*d, s.domainLoc))
         return false;
       if (!checkExpr(*s.value))
         return false;
@@ -297,6 +334,8 @@ private:
         return false;
       }
       e.type = it->second.type;
+      if (e.type.domain == Domain::Seg && !domainUsable(Domain::Seg, e.loc))
+        return false;
       return true;
     }
     if (auto b = lookupBuiltin(e.name)) {
@@ -306,6 +345,11 @@ private:
       case Builtin::IsLast:
       case Builtin::Length:
       case Builtin::GroupCount:
+      case Builtin::SegStart:
+      case Builtin::SegEnd:
+      case Builtin::SegLen:
+      case Builtin::SegPos:
+      case Builtin::NumSegs:
         // Zero-argument built-ins can be written without parentheses.
         e.kind = Expr::Kind::Call;
         return checkCall(e);
@@ -392,6 +436,7 @@ private:
     case Builtin::Sqrt:
     case Builtin::Abs:
     case Builtin::Sigmoid:
+    case Builtin::Floor:
       if (!arity(e, 1, 1) || !floats())
         return false;
       e.type = e.args[0]->type;
@@ -399,6 +444,7 @@ private:
     case Builtin::Min:
     case Builtin::Max:
     case Builtin::Pow:
+    case Builtin::Mod:
     case Builtin::Clip: {
       size_t n = *b == Builtin::Clip ? 3 : 2;
       if (!arity(e, n, n) || !floats())
@@ -480,13 +526,66 @@ private:
     case Builtin::SeqLast:
       if (!arity(e, 1, 1) || !floats())
         return false;
-      if (e.args[0]->type.domain != Domain::Token) {
+      if (e.args[0]->type.domain != Domain::Token &&
+          e.args[0]->type.domain != Domain::Seg) {
         error(e.args[0]->loc)
-            << what << " reduces a 'token' value to 'seq', but this value "
-            << "has domain '" << domainName(e.args[0]->type.domain) << "'";
+            << what << " reduces a 'token' or 'seg' value to 'seq', but this "
+            << "value has domain '" << domainName(e.args[0]->type.domain)
+            << "'";
         return false;
       }
       e.type = {Domain::Seq, ElemKind::Float};
+      return true;
+    case Builtin::SegSum:
+    case Builtin::SegMean:
+    case Builtin::SegFirst:
+    case Builtin::SegLast:
+      if (!arity(e, 1, 1) || !floats() || !domainUsable(Domain::Seg, e.loc))
+        return false;
+      if (e.args[0]->type.domain != Domain::Token) {
+        error(e.args[0]->loc)
+            << what << " reduces a 'token' value to 'seg', but this value "
+            << "has domain '" << domainName(e.args[0]->type.domain) << "'";
+        return false;
+      }
+      e.type = {Domain::Seg, ElemKind::Float};
+      return true;
+    case Builtin::SegStart:
+    case Builtin::SegEnd:
+      if (!arity(e, 0, 0) || !domainUsable(Domain::Seg, e.loc))
+        return false;
+      e.type = {Domain::Token, ElemKind::Bool};
+      return true;
+    case Builtin::SegLen:
+    case Builtin::SegPos:
+      if (!arity(e, 0, 0) || !domainUsable(Domain::Seg, e.loc))
+        return false;
+      e.type = {Domain::Seg, ElemKind::Float};
+      return true;
+    case Builtin::NumSegs:
+      if (!arity(e, 0, 0) || !domainUsable(Domain::Seg, e.loc))
+        return false;
+      e.type = {Domain::Seq, ElemKind::Float};
+      return true;
+    case Builtin::After:
+      if (!arity(e, 1, 1) || !requireBool(*e.args[0], what) ||
+          !requireTokenDomain(*e.args[0], what))
+        return false;
+      e.type = {Domain::Token, ElemKind::Bool};
+      return true;
+    case Builtin::Every:
+      if (!arity(e, 1, 1) || !floats() || !requireCoarse(*e.args[0], what))
+        return false;
+      e.type = {Domain::Token, ElemKind::Bool};
+      return true;
+    case Builtin::Nth:
+    case Builtin::Balanced:
+      if (!arity(e, 2, 2) || !requireBool(*e.args[0], what) ||
+          !requireTokenDomain(*e.args[0], what) ||
+          !requireFloat(*e.args[1], what) ||
+          !requireCoarse(*e.args[1], what))
+        return false;
+      e.type = {Domain::Token, ElemKind::Bool};
       return true;
     case Builtin::GroupCount:
       if (!arity(e, 0, 0))
@@ -522,10 +621,39 @@ private:
   }
 
   bool requireSequenceDomain(Expr &e, llvm::StringRef what) {
+    if (e.type.domain == Domain::Token || e.type.domain == Domain::Seg)
+      return true;
+    error(e.loc) << what << " runs along the tokens or the segments of a "
+                 << "sequence, but this value has domain '"
+                 << domainName(e.type.domain) << "'";
+    return false;
+  }
+
+  bool requireTokenDomain(Expr &e, llvm::StringRef what) {
     if (e.type.domain == Domain::Token)
       return true;
-    error(e.loc) << what << " runs along the tokens of a sequence, but this "
-                 << "value has domain '" << domainName(e.type.domain) << "'";
+    error(e.loc) << what << " takes a token predicate, but this value has "
+                 << "domain '" << domainName(e.type.domain) << "'";
+    return false;
+  }
+
+  /// A count or period: a parameter, a literal or a per-sequence value.
+  bool requireCoarse(Expr &e, llvm::StringRef what) {
+    if (e.type.domain == Domain::Scalar || e.type.domain == Domain::Seq)
+      return true;
+    error(e.loc) << what << " takes a number per sequence (a parameter or a "
+                 << "'seq' value) here, but this value has domain '"
+                 << domainName(e.type.domain) << "'";
+    return false;
+  }
+
+  /// The seg domain exists once the `segments` statement has defined it.
+  bool domainUsable(Domain d, const Location &at) {
+    if (d != Domain::Seg || segmentsLoc)
+      return true;
+    error(at) << "'seg' values need the segments of each sequence: define "
+                 "them first with `segments = PREDICATE` (true where a "
+                 "segment starts)";
     return false;
   }
 
@@ -534,6 +662,7 @@ private:
   llvm::StringMap<Symbol> symbols;
   llvm::StringSet<> outputs;
   bool hasGroupInput = false;
+  std::optional<Location> segmentsLoc;
 };
 
 } // namespace

@@ -288,6 +288,8 @@ private:
         return t.takeError();
       return set(op, r, *t);
     }
+    if (auto g = dyn_cast<SegGatherOp>(op))
+      return evalSegGather(g);
     if (auto s = dyn_cast<ShiftOp>(op))
       return evalShift(s, d);
     if (auto s = dyn_cast<ScanOp>(op))
@@ -297,11 +299,35 @@ private:
     return unsupported(op);
   }
 
+  /// Each token reads its segment's value of a seg input; 0 past the
+  /// segments the input has (the kernels read the zeroed slots there).
+  llvm::Error evalSegGather(SegGatherOp g) {
+    Operation *op = g.getOperation();
+    torch::Tensor vals = get(g.getInput());                   // [B, S]
+    torch::Tensor idx = get(g.getIndex()).to(torch::kInt64); // [B, T]
+    int64_t S = vals.size(1);
+    if (S == 0)
+      return set(op, g.getResult(), torch::zeros({B, T}, vals.options()));
+    torch::Tensor ok = (idx >= 0) & (idx < pb.segCount.unsqueeze(1));
+    torch::Tensor safe = torch::where(ok, idx, torch::zeros_like(idx));
+    torch::Tensor x = torch::gather(vals, 1, safe.clamp_max(S - 1));
+    return set(op, g.getResult(),
+               torch::where(ok, x, torch::zeros_like(x)));
+  }
+
   llvm::Error evalInput(InputOp in) {
     Operation *op = in.getOperation();
     FieldType f = fieldOf(in.getResult());
     Domain d = f.getDomain();
     std::string name = in.getName().str();
+    if (d == Domain::Seg) {
+      auto it = pb.seg.find(name);
+      if (it == pb.seg.end())
+        return err("the batch has no seg input '" + name + "' (\"seg\": {\"" +
+                   name + "\": ...})");
+      auto st = scalarTypeOf(f.getElementType());
+      return set(op, in.getResult(), it->second.to(*st));
+    }
     if (d != Domain::Token && d != Domain::Seq)
       return unsupported(op, "inputs of domain " + stringifyDomain(d) +
                                  " are not supported");
@@ -327,7 +353,9 @@ private:
     torch::Tensor t = get(out.getValue());
     if (t.scalar_type() == torch::kBool) // predicates are written as 1 / 0
       t = t.to(ft);
-    outs->push_back({out.getName().str(), stringifyDomain(d).str(), t});
+    // A seg output is held on the tokens of its segments.
+    std::string dom = out->hasAttr("cac.seg") ? "seg" : stringifyDomain(d).str();
+    outs->push_back({out.getName().str(), dom, t});
     return llvm::Error::success();
   }
 
@@ -354,6 +382,8 @@ private:
         return torch::logical_and(x[0], x[1]);
       case BinaryKind::Or:
         return torch::logical_or(x[0], x[1]);
+      case BinaryKind::Mod: // floored, as the kernels compute it
+        return x[0] - x[1] * torch::floor(x[0] / x[1]);
       }
       return unsupported(op, "binary kind");
     }
@@ -373,6 +403,8 @@ private:
         return torch::reciprocal(torch::exp(-x[0]) + 1.0);
       case UnaryKind::Not:
         return torch::logical_not(x[0]);
+      case UnaryKind::Floor:
+        return torch::floor(x[0]);
       }
       return unsupported(op, "unary kind");
     }
@@ -618,6 +650,29 @@ cac::PaddedBatch cac::padBatch(const Batch &batch, torch::ScalarType dtype) {
             .to(dtype)
             .clone();
   }
+  // Seg inputs: [B, S] zero padded.
+  std::vector<int64_t> segCount(static_cast<size_t>(B), 0);
+  int64_t maxSegs = 0;
+  if (!batch.segOffsets.empty())
+    for (int64_t b = 0; b < B; ++b) {
+      segCount[b] = batch.segOffsets[b + 1] - batch.segOffsets[b];
+      maxSegs = std::max(maxSegs, segCount[b]);
+    }
+  pb.segCount = int64Tensor(segCount);
+  torch::Tensor segMask =
+      torch::arange(maxSegs, torch::TensorOptions().dtype(torch::kInt64))
+          .unsqueeze(0) < pb.segCount.unsqueeze(1);
+  for (const auto &kv : batch.seg) {
+    const std::vector<double> &v = kv.second;
+    torch::Tensor packed =
+        torch::from_blob(const_cast<double *>(v.data()), {int64_t(v.size())},
+                         f64)
+            .to(dtype);
+    torch::Tensor padded =
+        torch::zeros({B, maxSegs}, torch::TensorOptions().dtype(dtype));
+    padded.masked_scatter_(segMask, packed);
+    pb.seg[kv.first().str()] = padded;
+  }
   pb.params = batch.params;
   return pb;
 }
@@ -661,7 +716,7 @@ cac::unpadOutputs(const PaddedBatch &batch,
   std::vector<OutputArray> result;
   for (const PaddedOutput &o : outs) {
     torch::Tensor t = o.values;
-    if (o.domain == "token")
+    if (o.domain == "token" || o.domain == "seg")
       t = t.expand({batch.numSeqs, batch.maxLen}).masked_select(batch.mask);
     else if (o.domain == "seq")
       t = t.expand({batch.numSeqs});

@@ -4,7 +4,8 @@ FileCheck lines do not depend on how the JSON is indented or how numbers are
 spelled. A list of numbers or strings is one leaf, printed `[a, b, c]`; dictionary keys
 are sorted. Numbers print as Python's repr (an integral float as an integer).
 
-  --round N   print every number with N decimals (-0 printed as 0)
+  --round N   print every number with N decimals (-0 printed as 0), except
+              the integers under "segments" and "groups"
 
 Used by the lit tests as %json-lines (see test/lit.cfg.py)."""
 
@@ -35,7 +36,13 @@ def is_leaf_list(v):
     return isinstance(v, list) and all(not isinstance(x, (list, dict)) for x in v)
 
 
+# Integer-valued results (segment starts, group ids) are never rounded.
+INTEGER_PATHS = ("segments", "groups")
+
+
 def walk(path, v, digits, out):
+    if path.split("[")[0] in INTEGER_PATHS:
+        digits = None
     if isinstance(v, dict):
         if not v:
             out.append("%s = {}" % path)

@@ -51,6 +51,8 @@ struct Buffer {
   std::string name;
   std::string role; // input | output | scratch
   Domain domain;
+  /// A seg output stored on the tokens of its segments (docs/bundle.md).
+  bool segOnTokens = false;
 };
 
 /// Fixed leading arguments (docs/bundle.md).
@@ -164,6 +166,13 @@ public:
         return b.create<arith::AndIOp>(l, x[0], x[1]);
       case BinaryKind::Or:
         return b.create<arith::OrIOp>(l, x[0], x[1]);
+      case BinaryKind::Mod: {
+        // Floored modulo, the sign of the divisor (Python's %).
+        Value q = b.create<math::FloorOp>(
+            l, b.create<arith::DivFOp>(l, x[0], x[1]));
+        return b.create<arith::SubFOp>(
+            l, x[0], b.create<arith::MulFOp>(l, x[1], q));
+      }
       }
     }
     if (auto un = dyn_cast<UnaryOp>(op)) {
@@ -187,6 +196,8 @@ public:
         Value one = b.create<arith::ConstantOp>(l, b.getBoolAttr(true));
         return b.create<arith::XOrIOp>(l, x[0], one);
       }
+      case UnaryKind::Floor:
+        return b.create<math::FloorOp>(l, x[0]);
       }
     }
     if (auto cmp = dyn_cast<CmpOp>(op)) {
@@ -346,6 +357,10 @@ private:
         tokenDeps(bc.getOperand(), off, deps);
       else
         outerDeps(bc.getOperand(), deps);
+      return;
+    }
+    if (auto g = dyn_cast<SegGatherOp>(op)) {
+      tokenDeps(g.getIndex(), off, deps);
       return;
     }
     if (isElementwise(op))
@@ -646,6 +661,15 @@ private:
       return domainOf(bc.getOperand()) == Domain::Token
                  ? evalTok(bc.getOperand(), t)
                  : evalOuter(bc.getOperand());
+    if (auto g = dyn_cast<SegGatherOp>(op)) {
+      // Segment j of sequence b is at seq_offsets[b] + j (docs/bundle.md);
+      // j never exceeds the token's position, so the index stays inside the
+      // sequence's slots.
+      Value idx = b.create<arith::FPToSIOp>(e.loc, b.getI64Type(),
+                                            evalTok(g.getIndex(), t));
+      Value at = b.create<arith::AddIOp>(e.loc, start, idx);
+      return e.load(e.args[abi.storage.lookup(g.getInput())], at, e.ft);
+    }
     SmallVector<Value> x;
     for (Value o : op->getOperands())
       x.push_back(evalTok(o, t));
@@ -884,8 +908,10 @@ struct LowerKernelsPass
     // Each output op gets a buffer; the value it writes is stored there.
     DenseMap<Operation *, unsigned> outputBuffer;
     est.walk([&](OutputOp out) {
-      unsigned arg =
-          abi.addBuffer(out.getName(), "output", domainOf(out.getValue()));
+      bool seg = out->hasAttr("cac.seg");
+      unsigned arg = abi.addBuffer(out.getName(), "output",
+                                   seg ? Domain::Seg : domainOf(out.getValue()));
+      abi.buffers.back().segOnTokens = seg;
       outputBuffer[out] = arg;
       if (!abi.storage.count(out.getValue()))
         abi.storage[out.getValue()] = arg;
@@ -1081,12 +1107,15 @@ struct LowerKernelsPass
       needs.push_back("groups");
     m["needs"] = std::move(needs);
     llvm::json::Array bufs;
-    for (const Buffer &bf : abi.buffers)
-      bufs.push_back(llvm::json::Object{
-          {"name", bf.name},
-          {"role", bf.role},
-          {"domain", stringifyDomain(bf.domain).str()},
-          {"dtype", dtype}});
+    for (const Buffer &bf : abi.buffers) {
+      llvm::json::Object o{{"name", bf.name},
+                           {"role", bf.role},
+                           {"domain", stringifyDomain(bf.domain).str()},
+                           {"dtype", dtype}};
+      if (bf.domain == Domain::Seg)
+        o["layout"] = bf.segOnTokens ? "by-token" : "by-segment";
+      bufs.push_back(std::move(o));
+    }
     m["buffers"] = std::move(bufs);
     llvm::json::Array params;
     for (auto &[name, def] : abi.params) {

@@ -172,8 +172,6 @@ llvm::Expected<Batch> cac::parseBatchJson(llvm::StringRef text,
   }
   if (root->get("tree"))
     return fail(file, "\"tree\" batches are not supported yet");
-  if (root->get("seg"))
-    return fail(file, "\"seg\" inputs are not supported yet");
 
   if (lengths && numSeqs && lengths->size() != *numSeqs)
     return fail(file, llvm::formatv("token.{0} has {1} sequences but seq.{2} "
@@ -203,6 +201,68 @@ llvm::Expected<Batch> cac::parseBatchJson(llvm::StringRef text,
   }
   b.numTokens = b.seqOffsets.back();
 
+  if (Value *sg = root->get("seg")) {
+    Object *so = sg->getAsObject();
+    if (!so)
+      return fail(file, "\"seg\" must be an object of ragged arrays (one row "
+                        "of segment values per sequence)");
+    std::vector<std::string> names;
+    for (auto &kv : *so)
+      names.push_back(kv.first.str());
+    std::sort(names.begin(), names.end());
+    std::vector<int64_t> segLens;
+    std::string segFrom;
+    for (const std::string &name : names) {
+      Array *rows = so->get(name)->getAsArray();
+      if (!rows || int64_t(rows->size()) != b.numSeqs)
+        return fail(file, llvm::formatv("seg.{0} must be an array of {1} rows "
+                                        "(one per sequence)",
+                                        name, b.numSeqs)
+                              .str());
+      std::vector<int64_t> lens;
+      std::vector<double> flat;
+      for (size_t r = 0; r < rows->size(); ++r) {
+        Array *row = (*rows)[r].getAsArray();
+        if (!row)
+          return fail(file, llvm::formatv("seg.{0}[{1}] must be an array of "
+                                          "numbers (one per segment)",
+                                          name, r)
+                                .str());
+        if (int64_t(row->size()) > b.seqOffsets[r + 1] - b.seqOffsets[r])
+          return fail(file, llvm::formatv("seg.{0}[{1}] has {2} segments but "
+                                          "sequence {1} has only {3} tokens",
+                                          name, r, row->size(),
+                                          b.seqOffsets[r + 1] - b.seqOffsets[r])
+                                .str());
+        for (size_t i = 0; i < row->size(); ++i) {
+          auto d = number((*row)[i]);
+          if (!d)
+            return fail(file, llvm::formatv("seg.{0}[{1}][{2}] must be a "
+                                            "finite number",
+                                            name, r, i)
+                                  .str());
+          flat.push_back(*d);
+        }
+        lens.push_back(int64_t(row->size()));
+      }
+      if (!segFrom.empty() && lens != segLens) {
+        size_t r = 0;
+        while (lens[r] == segLens[r])
+          ++r;
+        return fail(file, llvm::formatv("seg.{0}[{1}] has {2} segments but "
+                                        "seg.{3}[{1}] has {4}",
+                                        name, r, lens[r], segFrom, segLens[r])
+                              .str());
+      }
+      segLens = lens;
+      segFrom = name;
+      b.seg[name] = std::move(flat);
+    }
+    b.segOffsets.push_back(0);
+    for (int64_t n : segLens)
+      b.segOffsets.push_back(b.segOffsets.back() + int32_t(n));
+  }
+
   // Groups: dense ids by ascending original id; members ascending.
   if (groupIds.empty())
     groupIds.assign(size_t(b.numSeqs), 0);
@@ -230,11 +290,53 @@ llvm::Expected<Batch> cac::parseBatchJson(llvm::StringRef text,
   return b;
 }
 
+llvm::Error cac::checkSegmentCounts(const Batch &b,
+                                    const std::vector<OutputArray> &outputs) {
+  if (b.seg.empty())
+    return llvm::Error::success();
+  for (const OutputArray &o : outputs) {
+    if (o.name != "_seg_start")
+      continue;
+    for (int64_t s = 0; s < b.numSeqs; ++s) {
+      int64_t n = 0;
+      for (int32_t t = b.seqOffsets[s]; t < b.seqOffsets[s + 1]; ++t)
+        n += o.values[t] != 0;
+      int64_t given = b.segOffsets[s + 1] - b.segOffsets[s];
+      if (n != given)
+        return llvm::createStringError(
+            llvm::inconvertibleErrorCode(),
+            llvm::formatv("seg.{0}[{1}] has {2} segment values but the "
+                          "estimator's segments split sequence {1} into {3}",
+                          b.seg.begin()->first(), s, given, n)
+                .str());
+    }
+  }
+  return llvm::Error::success();
+}
+
 std::string cac::formatOutputsJson(const Batch &b,
                                    const std::vector<OutputArray> &outputs) {
-  Object token, seq, group;
+  Object token, seq, group, segObj;
+  // The segment starts (output "_seg_start", 1 where a segment starts).
+  const OutputArray *starts = nullptr;
+  for (const OutputArray &o : outputs)
+    if (o.name == "_seg_start" && o.domain == "token")
+      starts = &o;
   for (const OutputArray &o : outputs) {
-    if (o.domain == "token") {
+    if (&o == starts)
+      continue;
+    if (o.domain == "seg" && starts) {
+      // One value per segment: the value on the segment's first token.
+      Array rows;
+      for (int64_t s = 0; s < b.numSeqs; ++s) {
+        Array row;
+        for (int32_t t = b.seqOffsets[s]; t < b.seqOffsets[s + 1]; ++t)
+          if (starts->values[t] != 0)
+            row.push_back(o.values[t]);
+        rows.push_back(std::move(row));
+      }
+      segObj[o.name] = std::move(rows);
+    } else if (o.domain == "token") {
       Array rows;
       for (int64_t s = 0; s < b.numSeqs; ++s) {
         Array row;
@@ -254,6 +356,18 @@ std::string cac::formatOutputsJson(const Batch &b,
   root["seq"] = std::move(seq);
   root["group"] = std::move(group);
   root["groups"] = toArray(b.groupIds);
+  if (starts) {
+    root["seg"] = std::move(segObj);
+    Array segs;
+    for (int64_t s = 0; s < b.numSeqs; ++s) {
+      Array row;
+      for (int32_t t = b.seqOffsets[s]; t < b.seqOffsets[s + 1]; ++t)
+        if (starts->values[t] != 0)
+          row.push_back(int64_t(t - b.seqOffsets[s]));
+      segs.push_back(std::move(row));
+    }
+    root["segments"] = std::move(segs);
+  }
   std::string s;
   llvm::raw_string_ostream os(s);
   os << llvm::formatv("{0:2}", Value(std::move(root))) << "\n";

@@ -29,7 +29,8 @@ llvm::Expected<ManifestInfo> cac::parseManifest(llvm::StringRef json) {
         return err("manifest: buffers must be objects");
       m.buffers.push_back({bo->getString("name").value_or("").str(),
                            bo->getString("role").value_or("").str(),
-                           bo->getString("domain").value_or("").str()});
+                           bo->getString("domain").value_or("").str(),
+                           bo->getString("layout").value_or("").str()});
     }
   if (auto *ps = o->getArray("params"))
     for (auto &p : *ps) {
@@ -72,7 +73,8 @@ runTyped(const ManifestInfo &m,
   if (!params)
     return params.takeError();
   int64_t B = batch.numSeqs, N = batch.numTokens, G = batch.numGroups();
-  auto sizeOf = [&](const std::string &domain) -> int64_t {
+  auto sizeOf = [&](const ManifestInfo::BufferInfo &bf) -> int64_t {
+    const std::string &domain = bf.domain;
     if (domain == "token" || domain == "seg")
       return N;
     if (domain == "seq")
@@ -84,14 +86,24 @@ runTyped(const ManifestInfo &m,
   std::vector<std::vector<T>> storage(m.buffers.size());
   for (size_t i = 0; i < m.buffers.size(); ++i) {
     const auto &bf = m.buffers[i];
-    storage[i].assign(size_t(std::max<int64_t>(sizeOf(bf.domain), 1)), T(0));
+    storage[i].assign(size_t(std::max<int64_t>(sizeOf(bf), 1)), T(0));
     if (bf.role != "input")
       continue;
-    const auto &src = bf.domain == "token" ? batch.token : batch.seq;
+    const auto &src = bf.domain == "token" ? batch.token
+                      : bf.domain == "seg" ? batch.seg
+                                           : batch.seq;
     auto it = src.find(bf.name);
     if (it == src.end())
       return err("the batch has no " + bf.domain + " input '" + bf.name +
                  "' (\"" + bf.domain + "\": {\"" + bf.name + "\": ...})");
+    if (bf.domain == "seg") {
+      // Segment j of sequence b goes to seq_offsets[b] + j (docs/bundle.md).
+      for (int64_t b = 0; b < B; ++b)
+        for (int32_t k = batch.segOffsets[b]; k < batch.segOffsets[b + 1]; ++k)
+          storage[i][size_t(batch.seqOffsets[b] + (k - batch.segOffsets[b]))] =
+              T(it->second[size_t(k)]);
+      continue;
+    }
     for (size_t k = 0; k < it->second.size(); ++k)
       storage[i][k] = T(it->second[k]);
   }
@@ -153,8 +165,7 @@ runTyped(const ManifestInfo &m,
     if (bf.role != "output")
       continue;
     OutputArray o{bf.name, bf.domain, {}};
-    o.values.assign(storage[i].begin(),
-                    storage[i].begin() + sizeOf(bf.domain));
+    o.values.assign(storage[i].begin(), storage[i].begin() + sizeOf(bf));
     out.push_back(std::move(o));
   }
   return out;

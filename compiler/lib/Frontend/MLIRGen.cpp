@@ -55,6 +55,7 @@ public:
     builder.setInsertionPointToStart(body);
     for (const Stmt &s : est.stmts)
       genStmt(s);
+    genSegmentOutput(loc);
     return module;
   }
 
@@ -66,7 +67,12 @@ private:
                                pred ? Type(builder.getI1Type()) : floatType);
   }
   cir::FieldType field(const ast::Type &t) {
-    return field(toIR(t.domain), t.elem == ElemKind::Bool);
+    return field(repr(t.domain), t.elem == ElemKind::Bool);
+  }
+  /// Segment values live on the tokens of their segment (every token holds
+  /// its segment's value); only seg inputs keep the seg domain in the IR.
+  static cir::Domain repr(cac::Domain d) {
+    return d == cac::Domain::Seg ? cir::Domain::Token : toIR(d);
   }
   static cir::FieldType typeOf(Value v) {
     return cast<cir::FieldType>(v.getType());
@@ -91,6 +97,12 @@ private:
     case Stmt::Kind::Input:
       if (s.name == "group")
         return; // The grouping key is batch structure, not a number.
+      if (s.type.domain == cac::Domain::Seg) {
+        // Read on the tokens once the segments exist (genName).
+        segInputs[s.name] = builder.create<cir::InputOp>(
+            l, field(cir::Domain::Seg), s.name);
+        return;
+      }
       symbols[s.name] =
           builder.create<cir::InputOp>(l, field(s.type), s.name);
       return;
@@ -104,19 +116,71 @@ private:
     }
     case Stmt::Kind::Let:
       symbols[s.name] =
-          broadcast(l, genExpr(*s.value), toIR(s.type.domain));
+          broadcast(l, genExpr(*s.value), repr(s.type.domain));
       return;
+    case Stmt::Kind::Segments: {
+      Value starts = broadcast(l, genExpr(*s.value), cir::Domain::Token);
+      segStart = binary(l, cir::BinaryKind::Or, starts, isFirst(l));
+      // A token ends its segment when the next one starts another (or it is
+      // the last token of the sequence).
+      Value nextStart = builder.create<cir::ShiftOp>(
+          l, field(cir::Domain::Token), toFloat(l, segStart), 1,
+          broadcast(l, constant(l, 1.0), cir::Domain::Token));
+      segEnd = cmp(l, cir::CmpPredicate::GT, nextStart, constant(l, 0.5));
+      segId = binary(l, cir::BinaryKind::Sub, scan(l, toFloat(l, segStart),
+                                                   constant(l, 1.0), false),
+                     constant(l, 1.0));
+      return;
+    }
     case Stmt::Kind::Output: {
       Value v = genExpr(*s.value);
       if (typeOf(v).getElementType().isInteger(1))
         v = builder.create<cir::CastOp>(l, field(typeOf(v).getDomain()), v);
-      v = broadcast(l, v, toIR(s.type.domain));
-      builder.create<cir::OutputOp>(l, s.name, v);
+      v = broadcast(l, v, repr(s.type.domain));
+      auto out = builder.create<cir::OutputOp>(l, s.name, v);
+      if (s.type.domain == cac::Domain::Seg)
+        out->setAttr("cac.seg", builder.getUnitAttr());
       if (!symbols.count(s.name))
         symbols[s.name] = v;
       return;
     }
     }
+  }
+
+  /// The segment starts as an output "_seg_start" (1 where a segment starts):
+  /// cac eval prints them as "segments" and uses them to print seg outputs.
+  void genSegmentOutput(Location l) {
+    if (segStart)
+      builder.create<cir::OutputOp>(l, "_seg_start", toFloat(l, segStart));
+  }
+
+  Value toFloat(Location l, Value pred) {
+    if (!typeOf(pred).getElementType().isInteger(1))
+      return pred;
+    return builder.create<cir::CastOp>(l, field(typeOf(pred).getDomain()),
+                                       pred);
+  }
+
+  Value scan(Location l, Value x, Value decay, bool reverse) {
+    cir::Domain d = joined({x, decay});
+    x = broadcast(l, x, d);
+    decay = broadcast(l, decay, d);
+    return builder.create<cir::ScanOp>(l, x.getType(), x, decay, reverse);
+  }
+
+  /// A scan that only steps at segment starts (forward) or ends (reverse):
+  /// y = x + c * y_prev at the marked tokens, y = y_prev elsewhere. On a
+  /// segment value (constant over each segment) this is the scan along the
+  /// segments.
+  Value segScan(Location l, Value x, Value decay, bool reverse) {
+    Value at = reverse ? segEnd : segStart;
+    Value zero = constant(l, 0.0), one = constant(l, 1.0);
+    return scan(l, select(l, at, x, zero), select(l, at, decay, one),
+                reverse);
+  }
+
+  Value isFirst(Location l) {
+    return cmp(l, cir::CmpPredicate::EQ, position(l), constant(l, 0.0));
   }
 
   Value binary(Location l, cir::BinaryKind k, Value a, Value b) {
@@ -165,7 +229,7 @@ private:
           l, field(cir::Domain::Scalar, true),
           builder.getBoolAttr(e.number != 0));
     case Expr::Kind::Name:
-      return symbols.lookup(e.name);
+      return genName(e, l);
     case Expr::Kind::Unary: {
       Value v = genExpr(*e.args[0]);
       return builder.create<cir::UnaryOp>(
@@ -211,6 +275,19 @@ private:
     return {};
   }
 
+  Value genName(const Expr &e, Location l) {
+    if (Value v = symbols.lookup(e.name))
+      return v;
+    auto it = segInputs.find(e.name);
+    if (it == segInputs.end())
+      return {};
+    // A seg input, read at each token's segment.
+    Value v = builder.create<cir::SegGatherOp>(
+        l, field(cir::Domain::Token), it->second, segId);
+    symbols[e.name] = v;
+    return v;
+  }
+
   Value position(Location l) {
     return builder.create<cir::PositionOp>(l, field(cir::Domain::Token));
   }
@@ -223,6 +300,10 @@ private:
     std::vector<Value> a;
     for (const auto &arg : e.args)
       a.push_back(genExpr(*arg));
+    bool onSegs = !e.args.empty() && e.args[0]->type.domain == cac::Domain::Seg;
+    if (onSegs)
+      if (Value v = genSegCall(b, a, l))
+        return v;
     auto unary = [&](cir::UnaryKind k) {
       return builder.create<cir::UnaryOp>(l, k, a[0]);
     };
@@ -237,6 +318,10 @@ private:
       return unary(cir::UnaryKind::Abs);
     case Builtin::Sigmoid:
       return unary(cir::UnaryKind::Sigmoid);
+    case Builtin::Floor:
+      return unary(cir::UnaryKind::Floor);
+    case Builtin::Mod:
+      return binary(l, cir::BinaryKind::Mod, a[0], a[1]);
     case Builtin::Min:
       return binary(l, cir::BinaryKind::Min, a[0], a[1]);
     case Builtin::Max:
@@ -277,6 +362,49 @@ private:
     case Builtin::IsLast:
       return cmp(l, cir::CmpPredicate::EQ, position(l),
                  binary(l, cir::BinaryKind::Sub, length(l), constant(l, 1.0)));
+    case Builtin::After: {
+      Value prev = builder.create<cir::ShiftOp>(
+          l, field(cir::Domain::Token), toFloat(l, a[0]), -1,
+          broadcast(l, constant(l, 0.0), cir::Domain::Token));
+      return cmp(l, cir::CmpPredicate::GT, prev, constant(l, 0.5));
+    }
+    case Builtin::Every:
+      return cmp(l, cir::CmpPredicate::EQ,
+                 binary(l, cir::BinaryKind::Mod, position(l), a[0]),
+                 constant(l, 0.0));
+    case Builtin::Nth: {
+      // The 1st, (n+1)-th, (2n+1)-th ... token where the predicate holds.
+      Value j = binary(l, cir::BinaryKind::Sub,
+                       scan(l, toFloat(l, a[0]), constant(l, 1.0), false),
+                       constant(l, 1.0));
+      return binary(l, cir::BinaryKind::And, a[0],
+                    cmp(l, cir::CmpPredicate::EQ,
+                        binary(l, cir::BinaryKind::Mod, j, a[1]),
+                        constant(l, 0.0)));
+    }
+    case Builtin::Balanced:
+      return balanced(l, a[0], a[1]);
+    case Builtin::SegStart:
+      return segStart;
+    case Builtin::SegEnd:
+      return segEnd;
+    case Builtin::SegPos:
+      return segId;
+    case Builtin::SegLen:
+      return segSum(l, broadcast(l, constant(l, 1.0), cir::Domain::Token));
+    case Builtin::NumSegs:
+      return reduce(l, cir::ReduceKind::Sum, toFloat(l, segStart),
+                    cir::Domain::Seq);
+    case Builtin::SegSum:
+      return segSum(l, a[0]);
+    case Builtin::SegMean:
+      return binary(l, cir::BinaryKind::Div, segSum(l, a[0]),
+                    segSum(l, broadcast(l, constant(l, 1.0),
+                                        cir::Domain::Token)));
+    case Builtin::SegFirst:
+      return segScan(l, a[0], constant(l, 0.0), false);
+    case Builtin::SegLast:
+      return segScan(l, a[0], constant(l, 0.0), true);
     case Builtin::SeqSum:
       return reduce(l, cir::ReduceKind::Sum, a[0], cir::Domain::Seq);
     case Builtin::SeqMean:
@@ -324,6 +452,90 @@ private:
     return {};
   }
 
+  /// Sum over each segment, on every token of the segment: a running sum
+  /// restarted at segment starts, then its value at the segment's end
+  /// carried back over the segment.
+  Value segSum(Location l, Value x) {
+    Value zero = constant(l, 0.0), one = constant(l, 1.0);
+    Value run = scan(l, x, select(l, segStart, zero, one), false);
+    return segScan(l, run, zero, true);
+  }
+
+  /// The built-ins applied to a segment value (represented on tokens): they
+  /// run along the segments instead of the tokens. Null for the others.
+  Value genSegCall(Builtin b, std::vector<Value> &a, Location l) {
+    Value zero = constant(l, 0.0);
+    switch (b) {
+    case Builtin::Next:
+    case Builtin::Prev: {
+      bool next = b == Builtin::Next;
+      Value fill = broadcast(l, a.size() > 1 ? a[1] : zero, cir::Domain::Token);
+      Value shifted = builder.create<cir::ShiftOp>(
+          l, a[0].getType(), a[0], next ? 1 : -1, fill);
+      // The neighbouring token of a segment's end (start) belongs to the
+      // next (previous) segment.
+      return segScan(l, shifted, zero, next);
+    }
+    case Builtin::Scan:
+    case Builtin::RScan:
+    case Builtin::CumSum:
+    case Builtin::RCumSum: {
+      bool reverse = b == Builtin::RScan || b == Builtin::RCumSum;
+      Value decay = a.size() > 1 ? a[1] : constant(l, 1.0);
+      return segScan(l, a[0], decay, reverse);
+    }
+    case Builtin::SeqSum:
+    case Builtin::SeqMean: {
+      Value sum = reduce(l, cir::ReduceKind::Sum,
+                         select(l, segStart, a[0], zero), cir::Domain::Seq);
+      if (b == Builtin::SeqSum)
+        return sum;
+      Value n = reduce(l, cir::ReduceKind::Sum, toFloat(l, segStart),
+                       cir::Domain::Seq);
+      return binary(l, cir::BinaryKind::Div, sum, n);
+    }
+    default:
+      // seq_min/max/first/last see the same values on the tokens.
+      return {};
+    }
+  }
+
+  /// SPO-chain's count mode: the cutpoints (where `p` holds) are dealt into
+  /// n = min(K, U) segments, segment k holding floor(U/n) + [k < U mod n] of
+  /// them; true at the first cutpoint of every segment but the first (which
+  /// starts at the sequence's first token).
+  Value balanced(Location l, Value p, Value k) {
+    Value zero = constant(l, 0.0), one = constant(l, 1.0);
+    Value pf = toFloat(l, p);
+    Value u = reduce(l, cir::ReduceKind::Sum, pf, cir::Domain::Seq);
+    Value n = binary(l, cir::BinaryKind::Min, k, u);
+    Value q = builder.create<cir::UnaryOp>(
+        l, cir::UnaryKind::Floor,
+        binary(l, cir::BinaryKind::Div, u,
+               binary(l, cir::BinaryKind::Max, n, one)));
+    Value r = binary(l, cir::BinaryKind::Sub, u,
+                     binary(l, cir::BinaryKind::Mul, q, n));
+    Value big = binary(l, cir::BinaryKind::Mul, r,
+                       binary(l, cir::BinaryKind::Add, q, one));
+    Value j = binary(l, cir::BinaryKind::Sub, scan(l, pf, one, false), one);
+    Value firstPart = cmp(l, cir::CmpPredicate::LT, j, big);
+    Value startA = cmp(l, cir::CmpPredicate::EQ,
+                       binary(l, cir::BinaryKind::Mod, j,
+                              binary(l, cir::BinaryKind::Add, q, one)),
+                       zero);
+    Value startB = cmp(l, cir::CmpPredicate::EQ,
+                       binary(l, cir::BinaryKind::Mod,
+                              binary(l, cir::BinaryKind::Sub, j, big),
+                              binary(l, cir::BinaryKind::Max, q, one)),
+                       zero);
+    Value isStart = select(l, firstPart, startA, startB);
+    Value later = cmp(l, cir::CmpPredicate::GT, j, zero);
+    Value some = cmp(l, cir::CmpPredicate::GT, n, zero);
+    return binary(l, cir::BinaryKind::And,
+                  binary(l, cir::BinaryKind::And, p, later),
+                  binary(l, cir::BinaryKind::And, isStart, some));
+  }
+
   Value groupCount(Location l) {
     // The count ignores the values it reduces; any seq value will do.
     return reduce(l, cir::ReduceKind::Count, length(l), cir::Domain::Group);
@@ -333,6 +545,9 @@ private:
   OpBuilder builder;
   FloatType floatType;
   llvm::StringMap<Value> symbols;
+  /// Inputs of the seg domain, and the segment structure (token fields).
+  llvm::StringMap<Value> segInputs;
+  Value segStart, segEnd, segId;
 };
 
 } // namespace

@@ -239,6 +239,8 @@ int realMain() {
     } else {
       return fail("--backend must be cpu or eager");
     }
+    if (auto e = cac::checkSegmentCounts(*batch, outputs))
+      return fail(llvm::toString(std::move(e)));
     return writeOutput(cac::formatOutputsJson(*batch, outputs)) ? 0 : 1;
   }
   return fail("unknown command '" + command + "'; expected compile or eval");

@@ -32,6 +32,11 @@ struct Batch {
   std::vector<int64_t> groupIds;
   /// Named arrays by domain, packed: token arrays have N entries, seq B.
   llvm::StringMap<std::vector<double>> token, seq;
+  /// Inputs of the seg domain, one value per segment, packed: the values of
+  /// sequence b are [segOffsets[b], segOffsets[b+1]) (every seg input has the
+  /// same number of segments per sequence). Empty without seg inputs.
+  llvm::StringMap<std::vector<double>> seg;
+  std::vector<int32_t> segOffsets;
   /// Parameters given in the file or on the command line.
   std::map<std::string, double> params;
 
@@ -45,12 +50,19 @@ llvm::Expected<Batch> parseBatchJson(llvm::StringRef text,
 /// One output array of an estimator.
 struct OutputArray {
   std::string name;
-  std::string domain; ///< token | seq | group
+  /// token | seq | group | seg (seg outputs hold the segment's value on each
+  /// of its tokens: N values, printed once per segment).
+  std::string domain;
   std::vector<double> values;
 };
 
 /// Writes the outputs as the JSON of `cac eval`: ragged token rows, and group
 /// values in ascending group-id order (with the ids under "groups").
+/// With seg inputs, checks that every sequence has as many segment values as
+/// the estimator's segmentation (the output "_seg_start") gives segments.
+llvm::Error checkSegmentCounts(const Batch &batch,
+                               const std::vector<OutputArray> &outputs);
+
 std::string formatOutputsJson(const Batch &batch,
                               const std::vector<OutputArray> &outputs);
 

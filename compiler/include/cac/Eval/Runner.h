@@ -17,6 +17,10 @@ struct ManifestInfo {
   std::string dtype;
   struct BufferInfo {
     std::string name, role, domain;
+    /// For seg buffers: "by-segment" (segment j of sequence b at
+    /// seq_offsets[b] + j) or "by-token" (the segment's value on each of its
+    /// tokens).
+    std::string layout;
   };
   std::vector<BufferInfo> buffers;
   std::vector<std::pair<std::string, std::optional<double>>> params;

@@ -83,7 +83,7 @@ public:
 
 /// A statement of an estimator body.
 struct Stmt {
-  enum class Kind { Input, Param, Let, Output };
+  enum class Kind { Input, Param, Let, Output, Segments };
   Kind kind;
   Location loc;
   std::string name;
@@ -93,7 +93,7 @@ struct Stmt {
   Location domainLoc;
   /// Param: the default value, if any.
   std::optional<double> defaultValue;
-  /// Let, Output: the defining expression.
+  /// Let, Output, Segments: the defining expression.
   ExprPtr value;
   /// Filled by Sema: the declared type (Input, Param, Output) or the type of
   /// the value (Let).

@@ -43,6 +43,10 @@ struct PaddedBatch {
                               ///< holds groupCount[g] leading trues
   std::map<std::string, torch::Tensor> token; ///< [B, T], zero padded
   std::map<std::string, torch::Tensor> seq;   ///< [B]
+  /// Inputs of the seg domain: [B, S] (S = the most segments of a sequence),
+  /// zero padded; segCount [B] int64 segments of each sequence.
+  std::map<std::string, torch::Tensor> seg;
+  torch::Tensor segCount;
   std::map<std::string, double> params;
 };
 
@@ -56,7 +60,8 @@ torch::ScalarType eagerDtype(mlir::ModuleOp module);
 /// One output in the padded layout (token outputs [B, T], padding undefined).
 struct PaddedOutput {
   std::string name;
-  std::string domain; ///< token | seq | group
+  std::string domain; ///< token | seq | group | seg (seg: [B, T], the
+                      ///< segment's value on each of its tokens)
   torch::Tensor values;
 };
 

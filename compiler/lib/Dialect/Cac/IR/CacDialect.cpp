@@ -87,6 +87,19 @@ LogicalResult OutputOp::verify() {
   return success();
 }
 
+LogicalResult SegGatherOp::verify() {
+  if (fieldOf(getInput()).getDomain() != Domain::Seg ||
+      !getInput().getDefiningOp<InputOp>())
+    return emitOpError("gathers from an input of the seg domain");
+  if (fieldOf(getIndex()).getDomain() != Domain::Token || !isFloatField(getIndex()))
+    return emitOpError("the index is a token number (the segment id)");
+  if (getResult().getType().getDomain() != Domain::Token ||
+      getResult().getType().getElementType() !=
+          fieldOf(getInput()).getElementType())
+    return emitOpError("the result is a token field of the input's type");
+  return success();
+}
+
 LogicalResult KernelOp::verify() {
   Domain g = getGrid();
   if (g != Domain::Seq && g != Domain::Group && g != Domain::Node)

@@ -45,7 +45,8 @@ def Cac_BinaryKind : I32EnumAttr<"BinaryKind", "elementwise binary operation", [
     I32EnumAttrCase<"Max", 5, "max">,
     I32EnumAttrCase<"Pow", 6, "pow">,
     I32EnumAttrCase<"And", 7, "and">,
-    I32EnumAttrCase<"Or", 8, "or">]> {
+    I32EnumAttrCase<"Or", 8, "or">,
+    I32EnumAttrCase<"Mod", 9, "mod">]> {
   let cppNamespace = "::cac::ir";
   let genSpecializedAttr = 0;
 }
@@ -58,7 +59,8 @@ def Cac_UnaryKind : I32EnumAttr<"UnaryKind", "elementwise unary operation", [
     I32EnumAttrCase<"Sqrt", 3, "sqrt">,
     I32EnumAttrCase<"Abs", 4, "abs">,
     I32EnumAttrCase<"Sigmoid", 5, "sigmoid">,
-    I32EnumAttrCase<"Not", 6, "not">]> {
+    I32EnumAttrCase<"Not", 6, "not">,
+    I32EnumAttrCase<"Floor", 7, "floor">]> {
   let cppNamespace = "::cac::ir";
   let genSpecializedAttr = 0;
 }

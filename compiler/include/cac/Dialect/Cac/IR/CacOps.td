@@ -247,6 +247,27 @@ def Cac_ScanOp : Cac_Op<"scan", [Pure, AllTypesMatch<["input", "decay", "result"
   let hasVerifier = 1;
 }
 
+def Cac_SegGatherOp : Cac_Op<"seg_gather", [Pure]> {
+  let summary = "reads a per-segment input at each token's segment";
+  let description = [{
+    Segment values are represented on the tokens of their segment (every
+    token holds its segment's value, docs/language.md). An input of the `seg`
+    domain arrives as one value per segment of each sequence (segment j of
+    sequence b at slot `seq_offsets[b] + j`, docs/bundle.md); `seg_gather`
+    gives each token the value of segment `index` (the 0-based segment number
+    of the token inside its sequence).
+
+    ```mlir
+    %v = cac.seg_gather %mc, %segid : !cac.field<seg, f32>, !cac.field<token, f32> -> !cac.field<token, f32>
+    ```
+  }];
+  let arguments = (ins Cac_Field:$input, Cac_Field:$index);
+  let results = (outs Cac_Field:$result);
+  let assemblyFormat =
+      "$input `,` $index attr-dict `:` type($input) `,` type($index) `->` type($result)";
+  let hasVerifier = 1;
+}
+
 //===----------------------------------------------------------------------===//
 // Reductions
 //===----------------------------------------------------------------------===//
