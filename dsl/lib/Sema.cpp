@@ -26,6 +26,9 @@ constexpr BuiltinInfo kBuiltins[] = {
     {"abs", Builtin::Abs},
     {"sigmoid", Builtin::Sigmoid},
     {"floor", Builtin::Floor},
+    {"ceil", Builtin::Ceil},
+    {"rank", Builtin::Rank},
+    {"top_k", Builtin::TopK},
     {"mod", Builtin::Mod},
     {"min", Builtin::Min},
     {"max", Builtin::Max},
@@ -437,6 +440,7 @@ private:
     case Builtin::Abs:
     case Builtin::Sigmoid:
     case Builtin::Floor:
+    case Builtin::Ceil:
       if (!arity(e, 1, 1) || !floats())
         return false;
       e.type = e.args[0]->type;
@@ -567,6 +571,19 @@ private:
         return false;
       e.type = {Domain::Seq, ElemKind::Float};
       return true;
+    case Builtin::Rank:
+      if (!arity(e, 1, 1) || !floats() ||
+          !requireTokenValue(*e.args[0], what))
+        return false;
+      e.type = {Domain::Token, ElemKind::Float};
+      return true;
+    case Builtin::TopK:
+      if (!arity(e, 2, 2) || !floats() ||
+          !requireTokenValue(*e.args[0], what) ||
+          !requireCoarse(*e.args[1], what))
+        return false;
+      e.type = {Domain::Token, ElemKind::Bool};
+      return true;
     case Builtin::After:
       if (!arity(e, 1, 1) || !requireBool(*e.args[0], what) ||
           !requireTokenDomain(*e.args[0], what))
@@ -634,6 +651,14 @@ private:
       return true;
     error(e.loc) << what << " takes a token predicate, but this value has "
                  << "domain '" << domainName(e.type.domain) << "'";
+    return false;
+  }
+
+  bool requireTokenValue(Expr &e, llvm::StringRef what) {
+    if (e.type.domain == Domain::Token)
+      return true;
+    error(e.loc) << what << " ranks the tokens of each sequence, but this "
+                 << "value has domain '" << domainName(e.type.domain) << "'";
     return false;
   }
 

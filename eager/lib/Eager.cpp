@@ -290,6 +290,8 @@ private:
     }
     if (auto g = dyn_cast<SegGatherOp>(op))
       return evalSegGather(g);
+    if (auto r = dyn_cast<RankOp>(op))
+      return evalRank(r);
     if (auto s = dyn_cast<ShiftOp>(op))
       return evalShift(s, d);
     if (auto s = dyn_cast<ScanOp>(op))
@@ -313,6 +315,23 @@ private:
     torch::Tensor x = torch::gather(vals, 1, safe.clamp_max(S - 1));
     return set(op, g.getResult(),
                torch::where(ok, x, torch::zeros_like(x)));
+  }
+
+  /// Descending rank inside each sequence, ties by the lower index: a stable
+  /// descending sort with padding last.
+  llvm::Error evalRank(RankOp r) {
+    torch::Tensor x = get(r.getInput());
+    torch::Tensor key = torch::where(
+        pb.mask, x,
+        torch::scalar_tensor(-std::numeric_limits<double>::infinity(),
+                             x.options()));
+    torch::Tensor order =
+        std::get<1>(torch::sort(key, /*stable=*/true, /*dim=*/1,
+                                /*descending=*/true));
+    torch::Tensor ranks = torch::empty_like(order);
+    ranks.scatter_(1, order,
+                   torch::arange(T, order.options()).unsqueeze(0).expand({B, T}));
+    return set(r.getOperation(), r.getResult(), ranks.to(x.scalar_type()));
   }
 
   llvm::Error evalInput(InputOp in) {
@@ -405,6 +424,8 @@ private:
         return torch::logical_not(x[0]);
       case UnaryKind::Floor:
         return torch::floor(x[0]);
+      case UnaryKind::Ceil:
+        return torch::ceil(x[0]);
       }
       return unsupported(op, "unary kind");
     }

@@ -609,8 +609,8 @@ METHODS = {
                 [("node", "adv"), ("token", "adv")], []),
     "sapo": (eval_sapo, {"gamma": 1.0, "lambda": 0.99, "k_percent": 30, "v_at_end": 0},
              {"token": ["entropy", "value"], "seq": ["reward"]},
-             [("seg", "adv"), ("token", "adv"), ("token", "ret"), ("token", "weight"),
-              ("segments", None)], []),
+             [("token", "adv"), ("token", "ret"), ("token", "weight"), ("segments", None)],
+             [("seg", "adv")]),
 }
 
 

@@ -198,6 +198,8 @@ public:
       }
       case UnaryKind::Floor:
         return b.create<math::FloorOp>(l, x[0]);
+      case UnaryKind::Ceil:
+        return b.create<math::CeilOp>(l, x[0]);
       }
     }
     if (auto cmp = dyn_cast<CmpOp>(op)) {
@@ -291,16 +293,16 @@ bool isElementwise(Operation *op) {
 //===----------------------------------------------------------------------===//
 
 struct Dep {
-  Operation *op;  ///< A ScanOp or a token -> seq ReduceOp.
+  Operation *op;  ///< A ScanOp, RankOp or a token -> seq ReduceOp.
   int64_t offset; ///< Token offset at which a scan is read.
   bool seqLevel;  ///< Read after its loop completed.
 };
 
 struct Item {
-  enum Kind { Scan, Reduce, Store } kind;
-  Operation *op = nullptr; ///< Scan, Reduce.
+  enum Kind { Scan, Reduce, Rank, Store } kind;
+  Operation *op = nullptr; ///< Scan, Reduce, Rank.
   Value value;             ///< Store: the token value.
-  unsigned buffer = 0;     ///< Store, Scan: where it goes.
+  unsigned buffer = 0;     ///< Store, Scan, Rank: where it goes.
 };
 
 struct Loop {
@@ -343,7 +345,7 @@ private:
     if (!inKernel(v))
       return;
     Operation *op = v.getDefiningOp();
-    if (isa<ScanOp>(op)) {
+    if (isa<ScanOp, RankOp>(op)) {
       deps.push_back({op, off, false});
       return;
     }
@@ -380,6 +382,10 @@ private:
       outerDeps(o, deps);
   }
 
+  /// Puts `item` in the last loop if its dependences allow, else in a new
+  /// one. A dependence read at another token of the same loop fixes that
+  /// loop's direction (t+1 needs a reverse loop, t-1 a forward one), so that
+  /// no later item can turn it around.
   void place(Item item, SmallVectorImpl<Dep> &deps,
              std::optional<bool> direction) {
     size_t minLoop = 0;
@@ -387,19 +393,35 @@ private:
       size_t l = loopOf.lookup(d.op);
       const Loop &dl = loops[l];
       bool sameOk = !d.seqLevel &&
-                    (d.offset == 0 || (d.offset > 0 && dl.reverse) ||
-                     (d.offset < 0 && !dl.reverse));
+                    (d.offset == 0 || !dl.directionFixed ||
+                     (d.offset > 0) == dl.reverse);
       minLoop = std::max(minLoop, sameOk ? l : l + 1);
     }
     bool useLast = !loops.empty() && loops.size() - 1 >= minLoop;
-    if (useLast && direction && loops.back().directionFixed &&
-        loops.back().reverse != *direction)
-      useLast = false;
-    if (!useLast)
+    std::optional<bool> need = direction;
+    if (useLast) {
+      size_t last = loops.size() - 1;
+      for (const Dep &d : deps) {
+        if (loopOf.lookup(d.op) != last || d.offset == 0)
+          continue;
+        bool reverse = d.offset > 0;
+        if (need && *need != reverse) {
+          useLast = false;
+          break;
+        }
+        need = reverse;
+      }
+      if (useLast && need && loops.back().directionFixed &&
+          loops.back().reverse != *need)
+        useLast = false;
+    }
+    if (!useLast) {
       loops.emplace_back();
+      need = direction;
+    }
     Loop &l = loops.back();
-    if (direction && !l.directionFixed) {
-      l.reverse = *direction;
+    if (need && !l.directionFixed) {
+      l.reverse = *need;
       l.directionFixed = true;
     }
     if (item.op)
@@ -418,6 +440,14 @@ private:
         tokenDeps(scan.getDecay(), 0, deps);
         Item it{Item::Scan, &op, {}, abi.storage.lookup(scan.getResult())};
         place(it, deps, scan.getReverse());
+      } else if (auto rank = dyn_cast<RankOp>(op)) {
+        // Every token's rank reads the whole sequence: what the input
+        // depends on must be complete before the rank's loop starts.
+        tokenDeps(rank.getInput(), 0, deps);
+        for (Dep &d : deps)
+          d.seqLevel = true;
+        Item it{Item::Rank, &op, {}, abi.storage.lookup(rank.getResult())};
+        place(it, deps, std::nullopt);
       } else if (auto red = dyn_cast<ReduceOp>(op)) {
         if (domainOf(red.getOperand()) != Domain::Token)
           continue;
@@ -441,8 +471,9 @@ private:
     for (auto [v, buf] : tokenStores) {
       if (v != r || placedStores.count({v, buf}))
         continue;
-      // A scan writes its own storage.
-      if (isa<ScanOp>(r.getDefiningOp()) && abi.storage.lookup(r) == buf) {
+      // A scan or a rank writes its own storage.
+      if (isa<ScanOp, RankOp>(r.getDefiningOp()) &&
+          abi.storage.lookup(r) == buf) {
         placedStores.insert({v, buf});
         continue;
       }
@@ -519,6 +550,13 @@ private:
           yields.push_back(y);
           break;
         }
+        case Item::Rank: {
+          auto rank = cast<RankOp>(it.op);
+          Value r = emitRank(rank, t);
+          e.storeBuffer(it.buffer, r, t);
+          tokenMemo[{rank.getResult(), t}] = r;
+          break;
+        }
         case Item::Reduce: {
           auto red = cast<ReduceOp>(it.op);
           Value acc = forOp.getRegionIterArgs()[carry++];
@@ -544,6 +582,33 @@ private:
             reduceFinish(red, forOp.getResult(carry++));
       }
     }
+  }
+
+  /// rank[t] = #{u : x[u] > x[t] or (x[u] == x[t] and u < t)}: an inner
+  /// loop over the sequence (O(T^2) work per sequence).
+  Value emitRank(RankOp rank, Value t) {
+    Value xt = evalTok(rank.getInput(), t);
+    auto inner = b.create<scf::ForOp>(e.loc, start, end, e.i64(1),
+                                      ValueRange{e.fconst(0.0)});
+    eraseImplicitYield(inner);
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(inner.getBody());
+    Value u = inner.getInductionVar();
+    Value xu = evalTok(rank.getInput(), u);
+    Value greater =
+        b.create<arith::CmpFOp>(e.loc, arith::CmpFPredicate::OGT, xu, xt);
+    Value tie = b.create<arith::AndIOp>(
+        e.loc,
+        b.create<arith::CmpFOp>(e.loc, arith::CmpFPredicate::OEQ, xu, xt),
+        b.create<arith::CmpIOp>(e.loc, arith::CmpIPredicate::slt, u, t));
+    Value before = b.create<arith::OrIOp>(e.loc, greater, tie);
+    Value acc = inner.getRegionIterArgs()[0];
+    Value next = b.create<arith::SelectOp>(
+        e.loc, before, b.create<arith::AddFOp>(e.loc, acc, e.fconst(1.0)),
+        acc);
+    b.create<scf::YieldOp>(e.loc, next);
+    b.setInsertionPointAfter(inner);
+    return inner.getResult(0);
   }
 
   Value reduceInit(ReduceOp red) {
@@ -638,7 +703,7 @@ private:
     if (!inKernel(v))
       return e.loadBuffer(v, t);
     Operation *op = v.getDefiningOp();
-    if (isa<ScanOp>(op))
+    if (isa<ScanOp, RankOp>(op))
       return e.loadBuffer(v, t);
     if (isa<PositionOp>(op))
       return e.toFloat(b.create<arith::SubIOp>(e.loc, t, start));
@@ -933,6 +998,10 @@ struct LowerKernelsPass
       kernel.walk([&](ScanOp s) {
         if (!abi.storage.count(s.getResult()))
           abi.storage[s.getResult()] = newScratch(Domain::Token);
+      });
+      kernel.walk([&](RankOp r) {
+        if (!abi.storage.count(r.getResult()))
+          abi.storage[r.getResult()] = newScratch(Domain::Token);
       });
       if (kernel.getGrid() == Domain::Group)
         abi.needsGroups = true;

@@ -320,6 +320,13 @@ private:
       return unary(cir::UnaryKind::Sigmoid);
     case Builtin::Floor:
       return unary(cir::UnaryKind::Floor);
+    case Builtin::Ceil:
+      return unary(cir::UnaryKind::Ceil);
+    case Builtin::Rank:
+      return builder.create<cir::RankOp>(l, a[0].getType(), a[0]);
+    case Builtin::TopK:
+      return cmp(l, cir::CmpPredicate::LT,
+                 builder.create<cir::RankOp>(l, a[0].getType(), a[0]), a[1]);
     case Builtin::Mod:
       return binary(l, cir::BinaryKind::Mod, a[0], a[1]);
     case Builtin::Min:

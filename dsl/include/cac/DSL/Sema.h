@@ -21,6 +21,7 @@ enum class Builtin {
   Abs,
   Sigmoid,
   Floor,
+  Ceil,
   Min,
   Max,
   Pow,
@@ -39,6 +40,8 @@ enum class Builtin {
   IsFirst,
   IsLast,
   Length,
+  Rank,
+  TopK,
   // Segmentation rules (token predicates) and segment structure.
   After,
   Every,

@@ -87,6 +87,13 @@ LogicalResult OutputOp::verify() {
   return success();
 }
 
+LogicalResult RankOp::verify() {
+  if (fieldOf(getInput()).getDomain() != Domain::Token ||
+      !isFloatField(getInput()))
+    return emitOpError("ranks the numbers of a token field");
+  return success();
+}
+
 LogicalResult SegGatherOp::verify() {
   if (fieldOf(getInput()).getDomain() != Domain::Seg ||
       !getInput().getDefiningOp<InputOp>())

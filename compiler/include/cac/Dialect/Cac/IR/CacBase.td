@@ -60,7 +60,8 @@ def Cac_UnaryKind : I32EnumAttr<"UnaryKind", "elementwise unary operation", [
     I32EnumAttrCase<"Abs", 4, "abs">,
     I32EnumAttrCase<"Sigmoid", 5, "sigmoid">,
     I32EnumAttrCase<"Not", 6, "not">,
-    I32EnumAttrCase<"Floor", 7, "floor">]> {
+    I32EnumAttrCase<"Floor", 7, "floor">,
+    I32EnumAttrCase<"Ceil", 8, "ceil">]> {
   let cppNamespace = "::cac::ir";
   let genSpecializedAttr = 0;
 }

@@ -247,6 +247,25 @@ def Cac_ScanOp : Cac_Op<"scan", [Pure, AllTypesMatch<["input", "decay", "result"
   let hasVerifier = 1;
 }
 
+def Cac_RankOp : Cac_Op<"rank", [Pure, AllTypesMatch<["input", "result"]>]> {
+  let summary = "descending rank of each token's value inside its sequence";
+  let description = [{
+    `rank[t]` is the number of tokens `u` of the same sequence with
+    `x[u] > x[t]`, or `x[u] == x[t]` and `u < t`: 0 for the largest value,
+    ties broken by the lower index, so the ranks of a sequence are a
+    permutation of 0..T-1. `top_k(x, k)` in the language is `rank(x) < k`
+    (SAPO's top-k% entropy boundaries).
+
+    ```mlir
+    %r = cac.rank %h : !cac.field<token, f32>
+    ```
+  }];
+  let arguments = (ins Cac_Field:$input);
+  let results = (outs Cac_Field:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
 def Cac_SegGatherOp : Cac_Op<"seg_gather", [Pure]> {
   let summary = "reads a per-segment input at each token's segment";
   let description = [{
