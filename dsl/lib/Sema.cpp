@@ -59,6 +59,16 @@ constexpr BuiltinInfo kBuiltins[] = {
     {"seg_mean", Builtin::SegMean},
     {"seg_first", Builtin::SegFirst},
     {"seg_last", Builtin::SegLast},
+    {"is_root", Builtin::IsRoot},
+    {"is_leaf", Builtin::IsLeaf},
+    {"num_children", Builtin::NumChildren},
+    {"leaf_mean", Builtin::LeafMean},
+    {"subtree_mean", Builtin::SubtreeMean},
+    {"subtree_max", Builtin::SubtreeMax},
+    {"subtree_count", Builtin::SubtreeCount},
+    {"child_mean", Builtin::ChildMean},
+    {"tree_mean", Builtin::TreeMean},
+    {"parent", Builtin::Parent},
     {"seq_sum", Builtin::SeqSum},
     {"seq_mean", Builtin::SeqMean},
     {"seq_min", Builtin::SeqMin},
@@ -158,10 +168,19 @@ private:
       auto d = declaredDomain(s);
       if (!d)
         return false;
-      if (*d == Domain::Node) {
+      if (*d == Domain::Node && s.name != "tree") {
         error(s.domainLoc) << "inputs of domain '" << s.domainName
-                           << "' are not supported yet";
+                           << "' are not supported yet (`input tree : node` "
+                              "declares the rollout tree)";
         return false;
+      }
+      if (s.name == "tree") {
+        if (*d != Domain::Node) {
+          error(s.domainLoc) << "the tree input 'tree' must have domain "
+                                "'node' (the batch's rollout tree)";
+          return false;
+        }
+        hasTreeInput = true;
       }
       if (s.name == "group") {
         if (*d != Domain::Seq) {
@@ -331,6 +350,12 @@ private:
     }
     auto it = symbols.find(e.name);
     if (it != symbols.end()) {
+      if (e.name == "tree" && it->second.kind == Symbol::Kind::Input) {
+        error(e.loc) << "'tree' is the rollout tree, not a number; use "
+                        "leaf_mean(...), tree_mean(...) and the other tree "
+                        "functions";
+        return false;
+      }
       if (e.name == "group" && it->second.kind == Symbol::Kind::Input) {
         error(e.loc) << "'group' is the grouping key, not a number; use "
                         "group_mean(...) and the other group_* reductions";
@@ -348,6 +373,10 @@ private:
       case Builtin::IsLast:
       case Builtin::Length:
       case Builtin::GroupCount:
+      case Builtin::IsRoot:
+      case Builtin::IsLeaf:
+      case Builtin::NumChildren:
+      case Builtin::SubtreeCount:
       case Builtin::SegStart:
       case Builtin::SegEnd:
       case Builtin::SegLen:
@@ -419,6 +448,11 @@ private:
     if (usesGroups(*b) && !hasGroupInput) {
       error(e.loc) << what
                    << " needs the grouping input; declare `input group : seq`";
+      return false;
+    }
+    if (*b >= Builtin::IsRoot && *b <= Builtin::Parent && !hasTreeInput) {
+      error(e.loc) << what
+                   << " needs the rollout tree; declare `input tree : node`";
       return false;
     }
     auto floats = [&](size_t from = 0) {
@@ -633,6 +667,47 @@ private:
       e.type = {*b == Builtin::GroupLooMean ? Domain::Seq : Domain::Group,
                 ElemKind::Float};
       return true;
+    case Builtin::IsRoot:
+    case Builtin::IsLeaf:
+      if (!arity(e, 0, 0))
+        return false;
+      e.type = {Domain::Node, ElemKind::Bool};
+      return true;
+    case Builtin::NumChildren:
+    case Builtin::SubtreeCount:
+      if (!arity(e, 0, 0))
+        return false;
+      e.type = {Domain::Node, ElemKind::Float};
+      return true;
+    case Builtin::LeafMean:
+    case Builtin::SubtreeMean:
+    case Builtin::SubtreeMax:
+      if (!arity(e, 1, 1) || !floats())
+        return false;
+      if (e.args[0]->type.domain != Domain::Seq &&
+          e.args[0]->type.domain != Domain::Scalar) {
+        error(e.args[0]->loc)
+            << what << " reduces a 'seq' value (one per root-to-leaf path) "
+            << "onto the tree's nodes, but this value has domain '"
+            << domainName(e.args[0]->type.domain) << "'";
+        return false;
+      }
+      e.type = {Domain::Node, ElemKind::Float};
+      return true;
+    case Builtin::ChildMean:
+    case Builtin::TreeMean:
+    case Builtin::Parent:
+      if (!arity(e, 1, *b == Builtin::Parent ? 2 : 1) || !floats())
+        return false;
+      for (auto &a : e.args)
+        if (a->type.domain != Domain::Node && a->type.domain != Domain::Scalar) {
+          error(a->loc) << what << " runs over the tree's nodes, but this "
+                        << "value has domain '" << domainName(a->type.domain)
+                        << "'";
+          return false;
+        }
+      e.type = {Domain::Node, ElemKind::Float};
+      return true;
     }
     return false;
   }
@@ -687,6 +762,7 @@ private:
   llvm::StringMap<Symbol> symbols;
   llvm::StringSet<> outputs;
   bool hasGroupInput = false;
+  bool hasTreeInput = false;
   std::optional<Location> segmentsLoc;
 };
 

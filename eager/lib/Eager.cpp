@@ -108,7 +108,8 @@ EstimatorOp theEstimator(ModuleOp module, std::string &why) {
 class Evaluator {
 public:
   Evaluator(const cac::PaddedBatch &pb, torch::ScalarType ft)
-      : pb(pb), ft(ft), B(pb.numSeqs), T(pb.maxLen), G(pb.numGroups) {}
+      : pb(pb), ft(ft), B(pb.numSeqs), T(pb.maxLen), G(pb.numGroups),
+        K(pb.numNodes) {}
 
   llvm::Error run(EstimatorOp est, std::vector<cac::PaddedOutput> &outs) {
     // Parameters: the cac.param operations in order, with their defaults.
@@ -160,7 +161,7 @@ private:
   // Shape of a domain, or nullopt for domains the eager backend lacks.
   static bool supportedDomain(Domain d) {
     return d == Domain::Scalar || d == Domain::Token || d == Domain::Seq ||
-           d == Domain::Group;
+           d == Domain::Group || d == Domain::Node;
   }
 
   /// Moves `t` from domain `from` to the finer domain `to`.
@@ -180,9 +181,16 @@ private:
         return t.expand({B});
       case Domain::Group:
         return t.expand({G});
+      case Domain::Node:
+        return t.expand({K});
       default:
         break;
       }
+    }
+    if (from == Domain::Node && to == Domain::Token) {
+      if (!pb.tokenNode.defined())
+        return opError(op, "the batch has no rollout tree");
+      return t.index_select(0, pb.tokenNode.reshape({-1})).view({B, T});
     }
     if (from == Domain::Group && (to == Domain::Seq || to == Domain::Token)) {
       torch::Tensor s = t.index_select(0, pb.seqGroup);
@@ -292,6 +300,13 @@ private:
       return evalSegGather(g);
     if (auto r = dyn_cast<RankOp>(op))
       return evalRank(r);
+    if (isa<NumChildrenOp, ParentOp, ChildMeanOp, TreeMeanOp, PathReduceOp>(
+            op)) {
+      if (!pb.nodeParent.defined())
+        return opError(op, "the estimator needs a rollout tree: give \"tree\" "
+                           "in the batch");
+      return set(op, r, evalTree(op, *rt));
+    }
     if (auto s = dyn_cast<ShiftOp>(op))
       return evalShift(s, d);
     if (auto s = dyn_cast<ScanOp>(op))
@@ -315,6 +330,85 @@ private:
     torch::Tensor x = torch::gather(vals, 1, safe.clamp_max(S - 1));
     return set(op, g.getResult(),
                torch::where(ok, x, torch::zeros_like(x)));
+  }
+
+  /// The tree operations, level by level or over a [B, K] path membership.
+  torch::Tensor evalTree(Operation *op, torch::ScalarType rt) {
+    auto opts = torch::TensorOptions().dtype(rt);
+    torch::Tensor parent = pb.nodeParent;
+    torch::Tensor hasParent = parent >= 0;
+    torch::Tensor children = torch::arange(K, parent.options())
+                                 .masked_select(hasParent);
+    torch::Tensor parents = parent.masked_select(hasParent);
+    auto childSum = [&](torch::Tensor v) {
+      return torch::zeros({K}, v.options())
+          .index_add_(0, parents, v.index_select(0, children));
+    };
+    torch::Tensor nc = childSum(torch::ones({K}, opts));
+    auto meanOr0 = [](torch::Tensor sum, torch::Tensor cnt) {
+      return torch::where(cnt > 0, sum / cnt.clamp_min(1),
+                          torch::zeros_like(sum));
+    };
+    if (isa<NumChildrenOp>(op))
+      return nc;
+    if (auto p = dyn_cast<ParentOp>(op)) {
+      torch::Tensor v = get(p.getOperand()).expand({K});
+      torch::Tensor fill = get(p.getFill()).expand({K});
+      return torch::where(hasParent, v.index_select(0, parent.clamp_min(0)),
+                          fill);
+    }
+    if (auto c = dyn_cast<ChildMeanOp>(op))
+      return meanOr0(childSum(get(c.getOperand()).expand({K})), nc);
+    if (auto tm = dyn_cast<TreeMeanOp>(op)) {
+      // Deepest level first: each inner node becomes its children's mean.
+      torch::Tensor depth = torch::zeros({K}, parent.options());
+      torch::Tensor a = parent.clone();
+      for (int64_t i = 0; i < K && (a >= 0).any().item<bool>(); ++i) {
+        depth += (a >= 0).to(torch::kInt64);
+        a = torch::where(a >= 0, parent.index_select(0, a.clamp_min(0)), a);
+      }
+      torch::Tensor y = get(tm.getOperand()).expand({K}).clone();
+      int64_t maxDepth = K ? depth.max().item<int64_t>() : 0;
+      for (int64_t d = maxDepth - 1; d >= 0; --d) {
+        torch::Tensor at = (depth == d) & (nc > 0);
+        y = torch::where(at, childSum(y) / nc.clamp_min(1), y);
+      }
+      return y;
+    }
+    auto pr = cast<PathReduceOp>(op);
+    torch::Tensor x = get(pr.getOperand()).expand({B});
+    torch::Tensor last = (pb.lengths - 1).unsqueeze(1);
+    torch::Tensor leaf = pb.tokenNode.gather(1, last).squeeze(1); // [B]
+    torch::Tensor member = torch::zeros({B, K}, torch::kBool);
+    torch::Tensor rows = torch::arange(B, parent.options());
+    if (pr.getKind() == PathReduceKind::LeafMean) {
+      member.index_put_({rows, leaf}, true);
+    } else {
+      torch::Tensor a = leaf.clone();
+      for (int64_t i = 0; i <= K && (a >= 0).any().item<bool>(); ++i) {
+        torch::Tensor on = a >= 0;
+        member.index_put_({rows.masked_select(on), a.masked_select(on)}, true);
+        a = torch::where(on, parent.index_select(0, a.clamp_min(0)), a);
+      }
+    }
+    torch::Tensor m = member.to(rt);
+    torch::Tensor cnt = m.sum(0);
+    torch::Tensor sum = (m * x.unsqueeze(1)).sum(0);
+    switch (pr.getKind()) {
+    case PathReduceKind::SubtreeSum:
+      return sum;
+    case PathReduceKind::SubtreeMax: {
+      torch::Tensor neg = torch::full({B, K},
+                                      -std::numeric_limits<double>::infinity(),
+                                      opts);
+      torch::Tensor mx = torch::where(member, x.unsqueeze(1).expand({B, K}),
+                                      neg)
+                             .amax(0);
+      return torch::where(cnt > 0, mx, torch::zeros_like(mx));
+    }
+    default:
+      return meanOr0(sum, cnt);
+    }
   }
 
   /// Descending rank inside each sequence, ties by the lower index: a stable
@@ -366,7 +460,8 @@ private:
     Operation *op = out.getOperation();
     FieldType f = fieldOf(out.getValue());
     Domain d = f.getDomain();
-    if (d != Domain::Token && d != Domain::Seq && d != Domain::Group)
+    if (d != Domain::Token && d != Domain::Seq && d != Domain::Group &&
+        d != Domain::Node)
       return unsupported(op, "outputs of domain " + stringifyDomain(d) +
                                  " are not supported");
     torch::Tensor t = get(out.getValue());
@@ -600,7 +695,7 @@ private:
 
   const cac::PaddedBatch &pb;
   torch::ScalarType ft;
-  int64_t B, T, G;
+  int64_t B, T, G, K;
   llvm::DenseMap<Value, torch::Tensor> env;
   llvm::DenseMap<Value, double> paramValue;
   std::vector<cac::PaddedOutput> *outs = nullptr;
@@ -694,6 +789,16 @@ cac::PaddedBatch cac::padBatch(const Batch &batch, torch::ScalarType dtype) {
     padded.masked_scatter_(segMask, packed);
     pb.seg[kv.first().str()] = padded;
   }
+  if (!batch.nodeParent.empty()) {
+    pb.numNodes = batch.numNodes;
+    std::vector<int64_t> parent(batch.nodeParent.begin(),
+                                batch.nodeParent.end());
+    pb.nodeParent = int64Tensor(parent);
+    std::vector<int64_t> nodes(batch.tokenNode.begin(), batch.tokenNode.end());
+    pb.tokenNode = torch::zeros({B, pb.maxLen},
+                                torch::TensorOptions().dtype(torch::kInt64));
+    pb.tokenNode.masked_scatter_(pb.mask, int64Tensor(nodes));
+  }
   pb.params = batch.params;
   return pb;
 }
@@ -743,6 +848,8 @@ cac::unpadOutputs(const PaddedBatch &batch,
       t = t.expand({batch.numSeqs});
     else if (o.domain == "group")
       t = t.expand({batch.numGroups});
+    else if (o.domain == "node")
+      t = t.expand({batch.numNodes});
     t = t.to(torch::kFloat64).contiguous();
     const double *p = t.data_ptr<double>();
     result.push_back({o.name, o.domain, std::vector<double>(p, p + t.numel())});

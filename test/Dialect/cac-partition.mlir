@@ -58,14 +58,14 @@ cac.estimator @gae {
 
 // -----
 
-// GRPO: the group statistics in a group kernel (phase 1), which yields the
-// scale and the mean; the normalisation per sequence in a seq kernel (phase 2).
+// GRPO: the group statistics in a group kernel (phase 0), which yields the
+// scale and the mean; the normalisation per sequence in a seq kernel (phase 1).
 // CHECK-LABEL: cac.estimator @grpo {
 // CHECK-DAG:     %[[REWARD:.*]] = cac.input "reward" : <seq, f32>
 // CHECK-DAG:     %[[EPS:.*]] = cac.param "eps"
 // CHECK-DAG:     %[[UNBIASED:.*]] = cac.param "unbiased"
 // CHECK:         %[[COND:.*]] = cac.cmp gt %[[UNBIASED]], %{{.*}} : <scalar, f32> -> <scalar, i1>
-// CHECK:         %[[STATS:.*]]:2 = cac.kernel group 1 {
+// CHECK:         %[[STATS:.*]]:2 = cac.kernel group 0 {
 // CHECK-DAG:       %[[VARU:.*]] = cac.reduce var_unbiased %[[REWARD]] : <seq, f32> -> <group, f32>
 // CHECK-DAG:       %[[VAR:.*]] = cac.reduce var %[[REWARD]] : <seq, f32> -> <group, f32>
 // CHECK-DAG:       %[[COND_G:.*]] = cac.broadcast %[[COND]] : <scalar, i1> -> <group, i1>
@@ -75,7 +75,7 @@ cac.estimator @gae {
 // CHECK:           %[[MEAN:.*]] = cac.reduce mean %[[REWARD]] : <seq, f32> -> <group, f32>
 // CHECK-NEXT:      cac.yield %[[SCALE]], %[[MEAN]] : !cac.field<group, f32>, !cac.field<group, f32>
 // CHECK-NEXT:    } : !cac.field<group, f32>, !cac.field<group, f32>
-// CHECK-NEXT:    cac.kernel seq 2 {
+// CHECK-NEXT:    cac.kernel seq 1 {
 // CHECK-NEXT:      %[[MEAN_S:.*]] = cac.broadcast %[[STATS]]#1 : <group, f32> -> <seq, f32>
 // CHECK-NEXT:      %[[CENTRED:.*]] = cac.binary sub %[[REWARD]], %[[MEAN_S]] : <seq, f32>
 // CHECK-NEXT:      %[[SCALE_S:.*]] = cac.broadcast %[[STATS]]#0 : <group, f32> -> <seq, f32>
@@ -174,4 +174,31 @@ cac.estimator @clone_cheap {
   %g_s = cac.broadcast %g : !cac.field<group, f32> -> !cac.field<seq, f32>
   %y = cac.binary add %g_s, %p_s : !cac.field<seq, f32>
   cac.output "y" %y : !cac.field<seq, f32>
+}
+
+// -----
+
+// Node kernels: a node op that reads its operand at other nodes (parent)
+// starts a new node kernel after the one that computes the operand; the rest
+// of the node arithmetic stays with it.
+// CHECK-LABEL: cac.estimator @tree_phases {
+// CHECK:         %[[V:.*]] = cac.kernel node 0 {
+// CHECK:           cac.path_reduce leaf_mean
+// CHECK:           cac.binary mul
+// CHECK:           cac.yield
+// CHECK:         cac.kernel node 1 {
+// CHECK:           %[[P:.*]] = cac.parent %[[V]] fill
+// CHECK:           cac.binary sub %[[V]], %[[P]]
+// CHECK:           cac.output "d"
+cac.estimator @tree_phases {
+  %0 = cac.input "reward" : !cac.field<seq, f32>
+  %1 = cac.path_reduce leaf_mean %0 : !cac.field<seq, f32> -> !cac.field<node, f32>
+  %2 = cac.constant 2.000000e+00 : f32 : !cac.field<scalar, f32>
+  %3 = cac.broadcast %2 : !cac.field<scalar, f32> -> !cac.field<node, f32>
+  %4 = cac.binary mul %1, %3 : !cac.field<node, f32>
+  %5 = cac.constant 0.000000e+00 : f32 : !cac.field<scalar, f32>
+  %6 = cac.broadcast %5 : !cac.field<scalar, f32> -> !cac.field<node, f32>
+  %7 = cac.parent %4 fill %6 : !cac.field<node, f32>
+  %8 = cac.binary sub %4, %7 : !cac.field<node, f32>
+  cac.output "d" %8 : !cac.field<node, f32>
 }

@@ -87,6 +87,7 @@ struct Abi {
   DenseMap<Value, unsigned> paramArg;
   unsigned firstBuffer = kNumFixed;
   bool needsGroups = false;
+  bool needsTree = false;
 
   unsigned addBuffer(StringRef name, StringRef role, Domain d) {
     buffers.push_back({name.str(), role.str(), d});
@@ -494,7 +495,9 @@ private:
     if (auto bc = dyn_cast<BroadcastOp>(op);
         bc && domainOf(bc.getResult()) == Domain::Token &&
         domainOf(bc.getOperand()) != Domain::Token) {
-      evalOuter(bc.getOperand());
+      // A node value is read per token, at the token's node.
+      if (domainOf(bc.getOperand()) != Domain::Node)
+        evalOuter(bc.getOperand());
       return;
     }
     if (isa<ReduceOp>(op))
@@ -722,10 +725,13 @@ private:
       Value f = evalTok(s.getFill(), t);
       return b.create<arith::SelectOp>(e.loc, in, a, f);
     }
-    if (auto bc = dyn_cast<BroadcastOp>(op))
-      return domainOf(bc.getOperand()) == Domain::Token
-                 ? evalTok(bc.getOperand(), t)
-                 : evalOuter(bc.getOperand());
+    if (auto bc = dyn_cast<BroadcastOp>(op)) {
+      Domain from = domainOf(bc.getOperand());
+      if (from == Domain::Node) // an earlier node kernel stored it
+        return e.loadBuffer(bc.getOperand(), e.loadI32AsI64(kTokenNode, t));
+      return from == Domain::Token ? evalTok(bc.getOperand(), t)
+                                   : evalOuter(bc.getOperand());
+    }
     if (auto g = dyn_cast<SegGatherOp>(op)) {
       // Segment j of sequence b is at seq_offsets[b] + j (docs/bundle.md);
       // j never exceeds the token's position, so the index stays inside the
@@ -931,6 +937,215 @@ private:
   DenseMap<Value, Value> memo;
 };
 
+
+//===----------------------------------------------------------------------===//
+// node kernels
+//===----------------------------------------------------------------------===//
+
+/// One unit per tree node. Node values from earlier kernels are read from
+/// their buffers at any node; structure comes from `node_parent` and, for
+/// the sequences' leaves, `token_node` at each sequence's last token. The
+/// loops over all nodes (or sequences) make each unit O(K) or O(K * depth):
+/// simple and parallel over nodes, meant for trees of thousands of nodes.
+class NodeKernelEmitter {
+public:
+  NodeKernelEmitter(Emitter &e, KernelOp kernel, const Abi &abi,
+                    ArrayRef<std::pair<Value, unsigned>> stores)
+      : e(e), b(e.b), kernel(kernel), abi(abi), stores(stores) {}
+
+  void emit(Value unit) {
+    node = unit;
+    e.anchor = e.i64(0).getDefiningOp();
+    for (auto [v, buf] : stores)
+      e.storeBuffer(buf, eval(v), node);
+  }
+
+private:
+  Value parentOf(Value n) { return e.loadI32AsI64(kNodeParent, n); }
+
+  /// A node value at another node `idx`: stored by an earlier kernel, or a
+  /// broadcast parameter or literal that the partition cloned into this one.
+  Value atNode(Value v, Value idx) {
+    Operation *op = v.getDefiningOp();
+    if (op && op->getParentOp() == kernel.getOperation()) {
+      auto bc = cast<BroadcastOp>(op);
+      assert(domainOf(bc.getOperand()) == Domain::Scalar &&
+             "cac-partition puts node values read at other nodes in earlier "
+             "kernels");
+      return e.scalar(bc.getOperand());
+    }
+    return e.loadBuffer(v, idx);
+  }
+
+  Value cmpI(arith::CmpIPredicate p, Value x, Value y) {
+    return b.create<arith::CmpIOp>(e.loc, p, x, y);
+  }
+
+  /// Walks from node `from` towards the root until it reaches this unit's
+  /// node or passes the root. Returns (reached, weight), the weight being the
+  /// product of 1 / nc[parent] over the steps taken (1 without `nc`).
+  std::pair<Value, Value> walkUp(Value from, Value nc) {
+    Type i64 = b.getI64Type();
+    auto loop = b.create<scf::WhileOp>(e.loc, TypeRange{i64, e.ft},
+                                       ValueRange{from, e.fconst(1.0)});
+    {
+      OpBuilder::InsertionGuard g(b);
+      Block *before = b.createBlock(&loop.getBefore(), {}, {i64, e.ft},
+                                    {e.loc, e.loc});
+      Value a = before->getArgument(0);
+      Value go = b.create<arith::AndIOp>(
+          e.loc, cmpI(arith::CmpIPredicate::sge, a, e.i64(0)),
+          cmpI(arith::CmpIPredicate::ne, a, node));
+      b.create<scf::ConditionOp>(e.loc, go, before->getArguments());
+      Block *after = b.createBlock(&loop.getAfter(), {}, {i64, e.ft},
+                                   {e.loc, e.loc});
+      Value p = parentOf(after->getArgument(0));
+      Value w = after->getArgument(1);
+      if (nc) {
+        Value hasParent = cmpI(arith::CmpIPredicate::sge, p, e.i64(0));
+        Value safe = b.create<arith::SelectOp>(e.loc, hasParent, p, e.i64(0));
+        Value divided =
+            b.create<arith::DivFOp>(e.loc, w, atNode(nc, safe));
+        w = b.create<arith::SelectOp>(e.loc, hasParent, divided, w);
+      }
+      b.create<scf::YieldOp>(e.loc, ValueRange{p, w});
+    }
+    Value reached =
+        cmpI(arith::CmpIPredicate::eq, loop.getResult(0), node);
+    return {reached, loop.getResult(1)};
+  }
+
+  /// for i in [0, n): accs = step(i, accs).
+  SmallVector<Value>
+  loop(Value n, ArrayRef<Value> inits,
+       llvm::function_ref<SmallVector<Value>(Value, ValueRange)> step) {
+    auto f = b.create<scf::ForOp>(e.loc, e.i64(0), n, e.i64(1), inits);
+    eraseImplicitYield(f);
+    {
+      OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(f.getBody());
+      b.create<scf::YieldOp>(e.loc,
+                             step(f.getInductionVar(), f.getRegionIterArgs()));
+    }
+    return SmallVector<Value>(f.getResults().begin(), f.getResults().end());
+  }
+
+  Value mean(Value sum, Value count) {
+    Value some = b.create<arith::CmpFOp>(e.loc, arith::CmpFPredicate::OGT,
+                                         count, e.fconst(0.0));
+    Value safe = b.create<arith::SelectOp>(e.loc, some, count, e.fconst(1.0));
+    return b.create<arith::SelectOp>(
+        e.loc, some, b.create<arith::DivFOp>(e.loc, sum, safe), e.fconst(0.0));
+  }
+
+  Value eval(Value v) {
+    auto it = memo.find(v);
+    if (it != memo.end())
+      return it->second;
+    Value r = compute(v);
+    memo[v] = r;
+    return r;
+  }
+
+  Value compute(Value v) {
+    Operation *op = v.getDefiningOp();
+    if (op->getParentOp() != kernel.getOperation())
+      return domainOf(v) == Domain::Scalar ? e.scalar(v)
+                                           : e.loadBuffer(v, node);
+    Value K = e.args[kNumNodes], B = e.args[kNumSeqs];
+    Value one = e.fconst(1.0), zero = e.fconst(0.0);
+    if (isa<NumChildrenOp>(op)) {
+      return loop(K, {zero}, [&](Value m, ValueRange acc) {
+        Value child = cmpI(arith::CmpIPredicate::eq, parentOf(m), node);
+        return SmallVector<Value>{b.create<arith::SelectOp>(
+            e.loc, child, b.create<arith::AddFOp>(e.loc, acc[0], one),
+            acc[0])};
+      })[0];
+    }
+    if (auto p = dyn_cast<ParentOp>(op)) {
+      Value par = parentOf(node);
+      Value root = cmpI(arith::CmpIPredicate::slt, par, e.i64(0));
+      Value safe = b.create<arith::SelectOp>(e.loc, root, node, par);
+      Value x = atNode(p.getOperand(), safe);
+      return b.create<arith::SelectOp>(e.loc, root, eval(p.getFill()), x);
+    }
+    if (auto c = dyn_cast<ChildMeanOp>(op)) {
+      auto acc = loop(K, {zero, zero}, [&](Value m, ValueRange a) {
+        Value child = cmpI(arith::CmpIPredicate::eq, parentOf(m), node);
+        Value x = atNode(c.getOperand(), m);
+        return SmallVector<Value>{
+            b.create<arith::SelectOp>(
+                e.loc, child, b.create<arith::AddFOp>(e.loc, a[0], x), a[0]),
+            b.create<arith::SelectOp>(
+                e.loc, child, b.create<arith::AddFOp>(e.loc, a[1], one),
+                a[1])};
+      });
+      return mean(acc[0], acc[1]);
+    }
+    if (auto tm = dyn_cast<TreeMeanOp>(op)) {
+      // The leaves of the subtree, each weighted by the product of
+      // 1 / num_children over the inner nodes on the way down to it.
+      return loop(K, {zero}, [&](Value m, ValueRange a) {
+        Value leaf = b.create<arith::CmpFOp>(
+            e.loc, arith::CmpFPredicate::OEQ,
+            atNode(tm.getNumChildren(), m), zero);
+        auto [reached, w] = walkUp(m, tm.getNumChildren());
+        Value take = b.create<arith::AndIOp>(e.loc, leaf, reached);
+        Value x = b.create<arith::MulFOp>(
+            e.loc, w, atNode(tm.getOperand(), m));
+        return SmallVector<Value>{b.create<arith::SelectOp>(
+            e.loc, take, b.create<arith::AddFOp>(e.loc, a[0], x), a[0])};
+      })[0];
+    }
+    if (auto pr = dyn_cast<PathReduceOp>(op)) {
+      PathReduceKind k = pr.getKind();
+      Value init = k == PathReduceKind::SubtreeMax
+                       ? e.fconst(-std::numeric_limits<double>::infinity())
+                       : zero;
+      auto acc = loop(B, {init, zero}, [&](Value s, ValueRange a) {
+        Value last = b.create<arith::SubIOp>(
+            e.loc,
+            e.loadI32AsI64(kSeqOffsets,
+                           b.create<arith::AddIOp>(e.loc, s, e.i64(1))),
+            e.i64(1));
+        Value leaf = e.loadI32AsI64(kTokenNode, last);
+        Value match = k == PathReduceKind::LeafMean
+                          ? cmpI(arith::CmpIPredicate::eq, leaf, node)
+                          : walkUp(leaf, Value()).first;
+        Value x = e.loadBuffer(pr.getOperand(), s);
+        Value next = k == PathReduceKind::SubtreeMax
+                         ? Value(b.create<arith::MaximumFOp>(e.loc, a[0], x))
+                         : Value(b.create<arith::AddFOp>(e.loc, a[0], x));
+        return SmallVector<Value>{
+            b.create<arith::SelectOp>(e.loc, match, next, a[0]),
+            b.create<arith::SelectOp>(
+                e.loc, match, b.create<arith::AddFOp>(e.loc, a[1], one),
+                a[1])};
+      });
+      if (k == PathReduceKind::SubtreeSum)
+        return acc[0];
+      if (k == PathReduceKind::SubtreeMax) {
+        Value some = b.create<arith::CmpFOp>(
+            e.loc, arith::CmpFPredicate::OGT, acc[1], zero);
+        return b.create<arith::SelectOp>(e.loc, some, acc[0], zero);
+      }
+      return mean(acc[0], acc[1]);
+    }
+    SmallVector<Value> x;
+    for (Value o : op->getOperands())
+      x.push_back(eval(o));
+    return e.elementwise(op, x);
+  }
+
+  Emitter &e;
+  OpBuilder &b;
+  KernelOp kernel;
+  const Abi &abi;
+  ArrayRef<std::pair<Value, unsigned>> stores;
+  Value node;
+  DenseMap<Value, Value> memo;
+};
+
 //===----------------------------------------------------------------------===//
 // The pass
 //===----------------------------------------------------------------------===//
@@ -1005,6 +1220,8 @@ struct LowerKernelsPass
       });
       if (kernel.getGrid() == Domain::Group)
         abi.needsGroups = true;
+      if (kernel.getGrid() == Domain::Node)
+        abi.needsTree = true;
     }
     for (auto &b : abi.buffers)
       abi.args.push_back({b.name, ArgKind::Ptr});
@@ -1066,6 +1283,8 @@ struct LowerKernelsPass
         if (kernel.getGrid() == Domain::Seq) {
           SeqKernelEmitter(em, kernel, abi, tokenStores, outerStores)
               .emit(unit);
+        } else if (kernel.getGrid() == Domain::Node) {
+          NodeKernelEmitter(em, kernel, abi, outerStores).emit(unit);
         } else {
           GroupKernelEmitter(em, kernel, abi, outerStores).emit(unit);
         }
@@ -1174,6 +1393,8 @@ struct LowerKernelsPass
     llvm::json::Array needs;
     if (abi.needsGroups)
       needs.push_back("groups");
+    if (abi.needsTree)
+      needs.push_back("tree");
     m["needs"] = std::move(needs);
     llvm::json::Array bufs;
     for (const Buffer &bf : abi.buffers) {

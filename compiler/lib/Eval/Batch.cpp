@@ -170,8 +170,104 @@ llvm::Expected<Batch> cac::parseBatchJson(llvm::StringRef text,
         b.seq[name] = std::move(vals);
     }
   }
-  if (root->get("tree"))
-    return fail(file, "\"tree\" batches are not supported yet");
+  // The rollout tree: parent of each node, and the node of each token (its
+  // rows give the sequence lengths when there is no token input).
+  std::vector<int64_t> parents;
+  std::vector<std::vector<int64_t>> nodeRows;
+  if (Value *tv = root->get("tree")) {
+    Object *tobj = tv->getAsObject();
+    Array *par = tobj ? tobj->getArray("parent") : nullptr;
+    Array *rows = tobj ? tobj->getArray("node") : nullptr;
+    if (!par || !rows)
+      return fail(file, "\"tree\" must be an object with \"parent\" (the "
+                        "parent of each node, -1 for a root) and \"node\" (the "
+                        "node of each token, one row per sequence)");
+    for (size_t n = 0; n < par->size(); ++n) {
+      auto p = (*par)[n].getAsInteger();
+      if (!p || *p < -1 || *p >= int64_t(par->size()) || *p == int64_t(n))
+        return fail(file, llvm::formatv("tree.parent[{0}] must be -1 or the "
+                                        "id of another node (0..{1})",
+                                        n, int64_t(par->size()) - 1)
+                              .str());
+      parents.push_back(*p);
+    }
+    if (parents.size() > size_t(INT32_MAX))
+      return fail(file, "the tree has more than 2^31 nodes");
+    // No cycles: every walk up reaches a root within K steps.
+    for (size_t n = 0; n < parents.size(); ++n) {
+      int64_t a = int64_t(n);
+      for (size_t steps = 0; a >= 0 && steps <= parents.size(); ++steps)
+        a = parents[size_t(a)];
+      if (a >= 0)
+        return fail(file, llvm::formatv("tree.parent has a cycle through "
+                                        "node {0}",
+                                        n)
+                              .str());
+    }
+    for (size_t r = 0; r < rows->size(); ++r) {
+      Array *row = (*rows)[r].getAsArray();
+      if (!row)
+        return fail(file, llvm::formatv("tree.node[{0}] must be an array of "
+                                        "node ids",
+                                        r)
+                              .str());
+      std::vector<int64_t> ids;
+      for (size_t i = 0; i < row->size(); ++i) {
+        auto x = (*row)[i].getAsInteger();
+        if (!x || *x < 0 || *x >= int64_t(parents.size()))
+          return fail(file, llvm::formatv("tree.node[{0}][{1}] must be a node "
+                                          "id (0..{2})",
+                                          r, i, int64_t(parents.size()) - 1)
+                                .str());
+        ids.push_back(*x);
+      }
+      // A sequence is a root-to-leaf path: its tokens' nodes are the
+      // ancestors of its leaf (the node of its last token), root first.
+      if (!ids.empty()) {
+        std::vector<int64_t> path;
+        for (int64_t a = ids.back(); a >= 0; a = parents[size_t(a)])
+          path.push_back(a);
+        std::reverse(path.begin(), path.end());
+        size_t at = 0;
+        for (size_t i = 0; i < ids.size(); ++i) {
+          while (at < path.size() && path[at] != ids[i])
+            ++at;
+          if (at == path.size())
+            return fail(file, llvm::formatv(
+                                  "tree.node[{0}][{1}] = {2} is not on the "
+                                  "root-to-leaf path of sequence {0} (root "
+                                  "first, ending at its last token's node {3})",
+                                  r, i, ids[i], ids.back())
+                                  .str());
+        }
+      }
+      nodeRows.push_back(std::move(ids));
+    }
+    std::vector<int64_t> treeLens;
+    for (auto &row : nodeRows)
+      treeLens.push_back(int64_t(row.size()));
+    if (lengths && *lengths != treeLens) {
+      size_t r = 0;
+      while (r < std::min(treeLens.size(), lengths->size()) &&
+             treeLens[r] == (*lengths)[r])
+        ++r;
+      if (r < std::min(treeLens.size(), lengths->size()))
+        return fail(file, llvm::formatv("tree.node[{0}] has {1} tokens but "
+                                        "token.{2}[{0}] has {3}",
+                                        r, treeLens[r], lengthsFrom,
+                                        (*lengths)[r])
+                              .str());
+      return fail(file, llvm::formatv("tree.node has {0} sequences but "
+                                      "token.{1} has {2}",
+                                      treeLens.size(), lengthsFrom,
+                                      lengths->size())
+                            .str());
+    }
+    if (!lengths) {
+      lengths = treeLens;
+      lengthsFrom = "tree.node";
+    }
+  }
 
   if (lengths && numSeqs && lengths->size() != *numSeqs)
     return fail(file, llvm::formatv("token.{0} has {1} sequences but seq.{2} "
@@ -200,6 +296,14 @@ llvm::Expected<Batch> cac::parseBatchJson(llvm::StringRef text,
     b.seqOffsets.push_back(b.seqOffsets.back() + int32_t((*lengths)[r]));
   }
   b.numTokens = b.seqOffsets.back();
+  if (!parents.empty() || !nodeRows.empty()) {
+    b.numNodes = int64_t(parents.size());
+    for (int64_t p : parents)
+      b.nodeParent.push_back(int32_t(p));
+    for (auto &row : nodeRows)
+      for (int64_t x : row)
+        b.tokenNode.push_back(int32_t(x));
+  }
 
   if (Value *sg = root->get("seg")) {
     Object *so = sg->getAsObject();
@@ -316,7 +420,7 @@ llvm::Error cac::checkSegmentCounts(const Batch &b,
 
 std::string cac::formatOutputsJson(const Batch &b,
                                    const std::vector<OutputArray> &outputs) {
-  Object token, seq, group, segObj;
+  Object token, seq, group, segObj, nodeObj;
   // The segment starts (output "_seg_start", 1 where a segment starts).
   const OutputArray *starts = nullptr;
   for (const OutputArray &o : outputs)
@@ -347,6 +451,8 @@ std::string cac::formatOutputsJson(const Batch &b,
       token[o.name] = std::move(rows);
     } else if (o.domain == "seq") {
       seq[o.name] = toArray(o.values);
+    } else if (o.domain == "node") {
+      nodeObj[o.name] = toArray(o.values);
     } else if (o.domain == "group") {
       group[o.name] = toArray(o.values);
     }
@@ -355,6 +461,8 @@ std::string cac::formatOutputsJson(const Batch &b,
   root["token"] = std::move(token);
   root["seq"] = std::move(seq);
   root["group"] = std::move(group);
+  if (!nodeObj.empty())
+    root["node"] = std::move(nodeObj);
   root["groups"] = toArray(b.groupIds);
   if (starts) {
     root["seg"] = std::move(segObj);

@@ -42,6 +42,10 @@ llvm::Expected<ManifestInfo> cac::parseManifest(llvm::StringRef json) {
         def = *d;
       m.params.push_back({po->getString("name").value_or("").str(), def});
     }
+  if (auto *ns = o->getArray("needs"))
+    for (auto &n : *ns)
+      if (n.getAsString() && *n.getAsString() == "tree")
+        m.needsTree = true;
   if (auto *ks = o->getArray("kernels"))
     for (auto &k : *ks) {
       auto *ko = k.getAsObject();
@@ -81,6 +85,8 @@ runTyped(const ManifestInfo &m,
       return B;
     if (domain == "group")
       return G;
+    if (domain == "node")
+      return batch.numNodes;
     return 0;
   };
   std::vector<std::vector<T>> storage(m.buffers.size());
@@ -110,12 +116,16 @@ runTyped(const ManifestInfo &m,
   std::vector<T> paramValues(params->begin(), params->end());
 
   // Argument values, then the void* array pointing at them.
-  int64_t unitBegin = 0, unitEnd = 0, nNodes = 0;
+  int64_t unitBegin = 0, unitEnd = 0, nNodes = batch.numNodes;
+  if (m.needsTree && batch.nodeParent.empty())
+    return err("the estimator needs a rollout tree: give \"tree\": "
+               "{\"parent\": [...], \"node\": [[...], ...]} in the batch");
+  const int32_t *nodeParent = batch.nodeParent.data();
+  const int32_t *tokenNode = batch.tokenNode.data();
   const int32_t *seqOffsets = batch.seqOffsets.data();
   const int32_t *seqGroup = batch.seqGroup.data();
   const int32_t *groupOffsets = batch.groupOffsets.data();
   const int32_t *groupMembers = batch.groupMembers.data();
-  const void *null = nullptr;
   std::vector<void *> ptrs(m.buffers.size());
   for (size_t i = 0; i < m.buffers.size(); ++i)
     ptrs[i] = storage[i].data();
@@ -142,8 +152,10 @@ runTyped(const ManifestInfo &m,
       argv.push_back(&groupOffsets);
     else if (name == "group_members")
       argv.push_back(&groupMembers);
-    else if (name == "node_parent" || name == "token_node")
-      argv.push_back(const_cast<const void **>(&null));
+    else if (name == "node_parent")
+      argv.push_back(&nodeParent);
+    else if (name == "token_node")
+      argv.push_back(&tokenNode);
     else if (kind == "ptr" && nextBuffer < ptrs.size())
       argv.push_back(&ptrs[nextBuffer++]);
     else if (kind == "param" && nextParam < paramValues.size())
@@ -156,7 +168,7 @@ runTyped(const ManifestInfo &m,
     if (!fn)
       return err("kernel '" + k.name + "' not found in the compiled code");
     unitBegin = 0;
-    unitEnd = k.grid == "group" ? G : B;
+    unitEnd = k.grid == "group" ? G : k.grid == "node" ? nNodes : B;
     fn(argv.data());
   }
   std::vector<OutputArray> out;

@@ -95,8 +95,8 @@ private:
     Location l = loc(s.loc);
     switch (s.kind) {
     case Stmt::Kind::Input:
-      if (s.name == "group")
-        return; // The grouping key is batch structure, not a number.
+      if (s.name == "group" || s.name == "tree")
+        return; // The grouping key and the tree are batch structure.
       if (s.type.domain == cac::Domain::Seg) {
         // Read on the tokens once the segments exist (genName).
         segInputs[s.name] = builder.create<cir::InputOp>(
@@ -412,6 +412,40 @@ private:
       return segScan(l, a[0], constant(l, 0.0), false);
     case Builtin::SegLast:
       return segScan(l, a[0], constant(l, 0.0), true);
+    case Builtin::IsRoot: {
+      Value one = broadcast(l, constant(l, 1.0), cir::Domain::Node);
+      Value zero = broadcast(l, constant(l, 0.0), cir::Domain::Node);
+      return cmp(l, cir::CmpPredicate::LT,
+                 builder.create<cir::ParentOp>(l, one.getType(), one, zero),
+                 constant(l, 0.5));
+    }
+    case Builtin::IsLeaf:
+      return cmp(l, cir::CmpPredicate::EQ, numChildren(l), constant(l, 0.0));
+    case Builtin::NumChildren:
+      return numChildren(l);
+    case Builtin::LeafMean:
+      return pathReduce(l, cir::PathReduceKind::LeafMean, a[0]);
+    case Builtin::SubtreeMean:
+      return pathReduce(l, cir::PathReduceKind::SubtreeMean, a[0]);
+    case Builtin::SubtreeMax:
+      return pathReduce(l, cir::PathReduceKind::SubtreeMax, a[0]);
+    case Builtin::SubtreeCount:
+      return pathReduce(l, cir::PathReduceKind::SubtreeSum, constant(l, 1.0));
+    case Builtin::ChildMean: {
+      Value v = broadcast(l, a[0], cir::Domain::Node);
+      return builder.create<cir::ChildMeanOp>(l, v.getType(), v);
+    }
+    case Builtin::TreeMean: {
+      Value v = broadcast(l, a[0], cir::Domain::Node);
+      return builder.create<cir::TreeMeanOp>(l, v.getType(), v,
+                                             numChildren(l));
+    }
+    case Builtin::Parent: {
+      Value v = broadcast(l, a[0], cir::Domain::Node);
+      Value fill = broadcast(l, a.size() > 1 ? a[1] : constant(l, 0.0),
+                             cir::Domain::Node);
+      return builder.create<cir::ParentOp>(l, v.getType(), v, fill);
+    }
     case Builtin::SeqSum:
       return reduce(l, cir::ReduceKind::Sum, a[0], cir::Domain::Seq);
     case Builtin::SeqMean:
@@ -541,6 +575,15 @@ private:
     return binary(l, cir::BinaryKind::And,
                   binary(l, cir::BinaryKind::And, p, later),
                   binary(l, cir::BinaryKind::And, isStart, some));
+  }
+
+  Value numChildren(Location l) {
+    return builder.create<cir::NumChildrenOp>(l, field(cir::Domain::Node));
+  }
+
+  Value pathReduce(Location l, cir::PathReduceKind k, Value x) {
+    return builder.create<cir::PathReduceOp>(
+        l, field(cir::Domain::Node), k, broadcast(l, x, cir::Domain::Seq));
   }
 
   Value groupCount(Location l) {

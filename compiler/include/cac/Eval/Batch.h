@@ -37,6 +37,10 @@ struct Batch {
   /// same number of segments per sequence). Empty without seg inputs.
   llvm::StringMap<std::vector<double>> seg;
   std::vector<int32_t> segOffsets;
+  /// The rollout tree ("tree" in the JSON), empty without one: the parent of
+  /// each of the K nodes (-1 for a root) and the node of each token, packed.
+  std::vector<int32_t> nodeParent, tokenNode;
+  int64_t numNodes = 0;
   /// Parameters given in the file or on the command line.
   std::map<std::string, double> params;
 
@@ -50,7 +54,7 @@ llvm::Expected<Batch> parseBatchJson(llvm::StringRef text,
 /// One output array of an estimator.
 struct OutputArray {
   std::string name;
-  /// token | seq | group | seg (seg outputs hold the segment's value on each
+  /// token | seq | group | node | seg (seg outputs hold the segment's value on each
   /// of its tokens: N values, printed once per segment).
   std::string domain;
   std::vector<double> values;

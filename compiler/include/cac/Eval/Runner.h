@@ -30,6 +30,8 @@ struct ManifestInfo {
   };
   std::vector<KernelInfo> kernels;
   std::vector<std::pair<std::string, std::string>> args; ///< name, kind
+  /// The manifest's "needs" holds "tree".
+  bool needsTree = false;
 };
 
 /// Parses and validates a manifest.json text.

@@ -76,6 +76,17 @@ enum class Builtin {
   GroupCount,
   // seq -> seq through the group.
   GroupLooMean,
+  // Rollout trees (`input tree : node`).
+  IsRoot,
+  IsLeaf,
+  NumChildren,
+  LeafMean,    // seq -> node: over the sequences that end at the node
+  SubtreeMean, // seq -> node: over the sequences whose leaf is in the subtree
+  SubtreeMax,
+  SubtreeCount,
+  ChildMean,   // node -> node
+  TreeMean,    // node -> node, bottom-up
+  Parent,      // node -> node
 };
 
 /// Looks up a built-in by its name in the language.

@@ -9,6 +9,7 @@
 //                          tokens, false on padding (inputs are zero there)
 //   seq values    [B]
 //   group values  [G]     dense group order (Batch::seqGroup)
+//   node values   [K]     tree node ids
 //   scalars       0-d
 //
 //===----------------------------------------------------------------------===//
@@ -47,6 +48,11 @@ struct PaddedBatch {
   /// zero padded; segCount [B] int64 segments of each sequence.
   std::map<std::string, torch::Tensor> seg;
   torch::Tensor segCount;
+  /// The rollout tree, when the batch has one: K nodes, the parent of each
+  /// ([K] int64, -1 for a root) and the node of each token ([B, T] int64, 0
+  /// on padding).
+  int64_t numNodes = 0;
+  torch::Tensor nodeParent, tokenNode;
   std::map<std::string, double> params;
 };
 

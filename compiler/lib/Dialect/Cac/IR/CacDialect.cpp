@@ -87,6 +87,40 @@ LogicalResult OutputOp::verify() {
   return success();
 }
 
+static LogicalResult verifyNodeNumbers(Operation *op, ValueRange vs) {
+  for (Value v : vs)
+    if (fieldOf(v).getDomain() != Domain::Node || !isFloatField(v))
+      return op->emitOpError("operates on numbers of the node domain");
+  return success();
+}
+
+LogicalResult NumChildrenOp::verify() {
+  return verifyNodeNumbers(*this, getOperation()->getResults());
+}
+
+LogicalResult ParentOp::verify() {
+  return verifyNodeNumbers(*this, getOperation()->getOperands());
+}
+
+LogicalResult ChildMeanOp::verify() {
+  return verifyNodeNumbers(*this, getOperation()->getOperands());
+}
+
+LogicalResult TreeMeanOp::verify() {
+  return verifyNodeNumbers(*this, getOperation()->getOperands());
+}
+
+LogicalResult PathReduceOp::verify() {
+  if (fieldOf(getOperand()).getDomain() != Domain::Seq ||
+      !isFloatField(getOperand()))
+    return emitOpError("reduces numbers of the seq domain");
+  if (getResult().getType().getDomain() != Domain::Node ||
+      getResult().getType().getElementType() !=
+          fieldOf(getOperand()).getElementType())
+    return emitOpError("the result is a node field of the operand's type");
+  return success();
+}
+
 LogicalResult RankOp::verify() {
   if (fieldOf(getInput()).getDomain() != Domain::Token ||
       !isFloatField(getInput()))

@@ -23,7 +23,19 @@ using namespace cac::ir;
 
 namespace {
 
-bool isGroupLike(Domain d) { return d == Domain::Group; }
+/// The grid a value's computation runs on: one unit per group, per tree
+/// node, or per sequence (token, seg and seq values).
+Domain gridOf(Domain d) {
+  if (d == Domain::Group || d == Domain::Node)
+    return d;
+  return Domain::Seq;
+}
+
+/// Node operations that read their operand at other nodes: the operand must
+/// be complete, so it comes from an earlier kernel.
+bool readsOtherNodes(Operation *op) {
+  return isa<ParentOp, ChildMeanOp, TreeMeanOp>(op);
+}
 
 /// Operations that stay outside kernels.
 /// Operations that stay outside kernels: inputs, and scalar computations
@@ -51,25 +63,36 @@ struct PartitionPass
     if (!body.getOps<KernelOp>().empty())
       return; // Already partitioned.
 
+    // Each phase is one kernel with one grid. An op joins the first phase
+    // of its grid at or after its operands' (strictly after for a node op
+    // that reads its operand at other nodes); a new phase is opened when
+    // there is none.
     llvm::DenseMap<Operation *, int64_t> phase;
-    int64_t maxPhase = -1;
+    SmallVector<Domain> grids;
     for (Operation &op : body) {
       if (isTopLevel(&op))
         continue;
-      int64_t p = -1;
+      int64_t lo = 0;
       for (Value v : op.getOperands())
-        if (Operation *def = v.getDefiningOp(); def && phase.count(def))
-          p = std::max(p, phase[def]);
-      bool group = isGroupLike(domainOf(&op));
-      // Round up to the parity of the op's grid.
-      int64_t want;
-      if (group)
-        want = (p < 1) ? 1 : (p % 2 == 1 ? p : p + 1);
-      else
-        want = (p < 0) ? 0 : (p % 2 == 0 ? p : p + 1);
+        if (Operation *def = v.getDefiningOp(); def && phase.count(def)) {
+          bool after = readsOtherNodes(&op) &&
+                       cast<FieldType>(v.getType()).getDomain() == Domain::Node;
+          lo = std::max(lo, phase[def] + (after ? 1 : 0));
+        }
+      Domain g = gridOf(domainOf(&op));
+      int64_t want = -1;
+      for (int64_t q = lo; q < int64_t(grids.size()); ++q)
+        if (grids[q] == g) {
+          want = q;
+          break;
+        }
+      if (want < 0) {
+        grids.push_back(g);
+        want = int64_t(grids.size()) - 1;
+      }
       phase[&op] = want;
-      maxPhase = std::max(maxPhase, want);
     }
+    int64_t maxPhase = int64_t(grids.size()) - 1;
 
     // Cheap values made from top-level operands (broadcast parameters,
     // positions, lengths, and broadcasts of those) are recomputed in each
@@ -93,7 +116,7 @@ struct PartitionPass
       for (OpOperand &use : llvm::make_early_inc_range(op->getUses())) {
         Operation *user = use.getOwner();
         int64_t up = phase.lookup(user);
-        if (up == phase[op] || up % 2 != phase[op] % 2)
+        if (up == phase[op] || grids[up] != grids[phase[op]])
           continue;
         OpBuilder cb(user);
         Operation *copy = cb.clone(*op);
@@ -138,8 +161,7 @@ struct PartitionPass
       SmallVector<Type> types;
       for (Value v : escaping)
         types.push_back(v.getType());
-      auto kernel = b.create<KernelOp>(
-          loc, types, (p % 2 == 1) ? Domain::Group : Domain::Seq, p);
+      auto kernel = b.create<KernelOp>(loc, types, grids[p], p);
       Block *kb = new Block();
       kernel.getBody().push_back(kb);
       for (Operation *op : ops)

@@ -96,6 +96,17 @@ def Cac_ReduceKind : I32EnumAttr<"ReduceKind", "reduction", [
 }
 def Cac_ReduceKindAttr : EnumAttr<Cac_Dialect, Cac_ReduceKind, "reduce_kind">;
 
+def Cac_PathReduceKind : I32EnumAttr<"PathReduceKind", "seq -> node reduction", [
+    I32EnumAttrCase<"LeafMean", 0, "leaf_mean">,
+    I32EnumAttrCase<"SubtreeMean", 1, "subtree_mean">,
+    I32EnumAttrCase<"SubtreeMax", 2, "subtree_max">,
+    I32EnumAttrCase<"SubtreeSum", 3, "subtree_sum">]> {
+  let cppNamespace = "::cac::ir";
+  let genSpecializedAttr = 0;
+}
+def Cac_PathReduceKindAttr
+    : EnumAttr<Cac_Dialect, Cac_PathReduceKind, "path_reduce_kind">;
+
 def Cac_FieldType : TypeDef<Cac_Dialect, "Field"> {
   let mnemonic = "field";
   let summary = "a value over one domain of the batch";

@@ -308,4 +308,92 @@ def Cac_ReduceOp : Cac_Op<"reduce", [Pure]> {
   let hasVerifier = 1;
 }
 
+//===----------------------------------------------------------------------===//
+// Rollout trees (node domain)
+//===----------------------------------------------------------------------===//
+
+def Cac_NumChildrenOp : Cac_Op<"num_children", [Pure]> {
+  let summary = "the number of children of each tree node";
+  let description = [{
+    Read from the batch's `node_parent` array; 0 for a leaf.
+
+    ```mlir
+    %n = cac.num_children : !cac.field<node, f32>
+    ```
+  }];
+  let results = (outs Cac_Field:$result);
+  let assemblyFormat = "attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Cac_ParentOp : Cac_Op<"parent", [Pure, AllTypesMatch<["operand", "fill", "result"]>]> {
+  let summary = "the value of each node's parent";
+  let description = [{
+    `v[parent(n)]`, or `fill[n]` for a root. It reads other nodes' values, so
+    its operand is computed by an earlier kernel.
+
+    ```mlir
+    %p = cac.parent %v fill %z : !cac.field<node, f32>
+    ```
+  }];
+  let arguments = (ins Cac_Field:$operand, Cac_Field:$fill);
+  let results = (outs Cac_Field:$result);
+  let assemblyFormat = "$operand `fill` $fill attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Cac_PathReduceOp : Cac_Op<"path_reduce", [Pure]> {
+  let summary = "reduces per-sequence values onto the nodes of the tree";
+  let description = [{
+    Every sequence is a root-to-leaf path; its leaf is the node of its last
+    token. `leaf_mean` averages the sequences that end at the node;
+    `subtree_mean`, `subtree_max` and `subtree_sum` reduce the sequences whose
+    leaf lies in the node's subtree (TreeAdv's node advantage). A node with
+    no such sequence gets 0.
+
+    ```mlir
+    %a = cac.path_reduce subtree_mean %adv : !cac.field<seq, f32> -> !cac.field<node, f32>
+    ```
+  }];
+  let arguments = (ins Cac_PathReduceKindAttr:$kind, Cac_Field:$operand);
+  let results = (outs Cac_Field:$result);
+  let assemblyFormat =
+      "$kind $operand attr-dict `:` type($operand) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Cac_ChildMeanOp : Cac_Op<"child_mean", [Pure, AllTypesMatch<["operand", "result"]>]> {
+  let summary = "the mean of a node value over each node's children";
+  let description = [{
+    0 for a leaf. The operand comes from an earlier kernel.
+
+    ```mlir
+    %m = cac.child_mean %v : !cac.field<node, f32>
+    ```
+  }];
+  let arguments = (ins Cac_Field:$operand);
+  let results = (outs Cac_Field:$result);
+  let assemblyFormat = "$operand attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Cac_TreeMeanOp : Cac_Op<"tree_mean", [Pure, AllTypesMatch<["operand", "num_children", "result"]>]> {
+  let summary = "bottom-up mean over the tree (SPO-tree's V)";
+  let description = [{
+    `y(n) = v(n)` at a leaf, else the mean of the children's `y`. Computed
+    per node in closed form: the sum over the leaves `l` of n's subtree of
+    `v(l)` times the product of `1 / num_children(a)` over the inner nodes
+    `a` on the path from n down to l. `num_children` and `v` come from
+    earlier kernels.
+
+    ```mlir
+    %V = cac.tree_mean %r, %nc : !cac.field<node, f32>
+    ```
+  }];
+  let arguments = (ins Cac_Field:$operand, Cac_Field:$num_children);
+  let results = (outs Cac_Field:$result);
+  let assemblyFormat = "$operand `,` $num_children attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
 #endif // CAC_OPS_TD
