@@ -105,6 +105,8 @@ private:
       }
       symbols[s.name] =
           builder.create<cir::InputOp>(l, field(s.type), s.name);
+      if (!firstSeqInput && s.type.domain == cac::Domain::Seq)
+        firstSeqInput = symbols[s.name];
       return;
     case Stmt::Kind::Param: {
       FloatAttr def;
@@ -480,7 +482,7 @@ private:
       // (sum of the group - own value) / (count - 1), and 0 for a group of
       // one sequence.
       Value sum = reduce(l, cir::ReduceKind::Sum, a[0], cir::Domain::Group);
-      Value n = groupCount(l);
+      Value n = groupCount(l, a[0]);
       Value others = binary(l, cir::BinaryKind::Sub, n, constant(l, 1.0));
       Value mean = binary(l, cir::BinaryKind::Div,
                           binary(l, cir::BinaryKind::Sub, sum, a[0]),
@@ -586,9 +588,15 @@ private:
         l, field(cir::Domain::Node), k, broadcast(l, x, cir::Domain::Seq));
   }
 
-  Value groupCount(Location l) {
-    // The count ignores the values it reduces; any seq value will do.
-    return reduce(l, cir::ReduceKind::Count, length(l), cir::Domain::Group);
+  /// The count ignores the values it reduces: count a seq value the group
+  /// kernel reads anyway (`like`), so that no kernel runs just to store one.
+  Value groupCount(Location l, Value like = {}) {
+    Value x = like && typeOf(like).getDomain() == cir::Domain::Seq &&
+                      !typeOf(like).getElementType().isInteger(1)
+                  ? like
+              : firstSeqInput ? firstSeqInput
+                              : length(l);
+    return reduce(l, cir::ReduceKind::Count, x, cir::Domain::Group);
   }
 
   MLIRContext &ctx;
@@ -598,6 +606,8 @@ private:
   /// Inputs of the seg domain, and the segment structure (token fields).
   llvm::StringMap<Value> segInputs;
   Value segStart, segEnd, segId;
+  /// The first input of the seq domain, if any (what group_count counts).
+  Value firstSeqInput;
 };
 
 } // namespace
