@@ -1103,24 +1103,40 @@ private:
                        ? e.fconst(-std::numeric_limits<double>::infinity())
                        : zero;
       auto acc = loop(B, {init, zero}, [&](Value s, ValueRange a) {
+        // A sequence's leaf is the node of its last token; an empty sequence
+        // (the runtime allows them) has none and is skipped.
+        Value first = e.loadI32AsI64(kSeqOffsets, s);
         Value last = b.create<arith::SubIOp>(
             e.loc,
             e.loadI32AsI64(kSeqOffsets,
                            b.create<arith::AddIOp>(e.loc, s, e.i64(1))),
             e.i64(1));
-        Value leaf = e.loadI32AsI64(kTokenNode, last);
-        Value match = k == PathReduceKind::LeafMean
-                          ? cmpI(arith::CmpIPredicate::eq, leaf, node)
-                          : walkUp(leaf, Value()).first;
-        Value x = e.loadBuffer(pr.getOperand(), s);
-        Value next = k == PathReduceKind::SubtreeMax
-                         ? Value(b.create<arith::MaximumFOp>(e.loc, a[0], x))
-                         : Value(b.create<arith::AddFOp>(e.loc, a[0], x));
-        return SmallVector<Value>{
-            b.create<arith::SelectOp>(e.loc, match, next, a[0]),
-            b.create<arith::SelectOp>(
-                e.loc, match, b.create<arith::AddFOp>(e.loc, a[1], one),
-                a[1])};
+        Value nonEmpty = cmpI(arith::CmpIPredicate::sge, last, first);
+        auto ifOp = b.create<scf::IfOp>(e.loc, TypeRange{e.ft, e.ft},
+                                        nonEmpty, /*withElseRegion=*/true);
+        {
+          OpBuilder::InsertionGuard g(b);
+          b.setInsertionPointToStart(&ifOp.getThenRegion().front());
+          Value leaf = e.loadI32AsI64(kTokenNode, last);
+          Value match = k == PathReduceKind::LeafMean
+                            ? cmpI(arith::CmpIPredicate::eq, leaf, node)
+                            : walkUp(leaf, Value()).first;
+          Value x = e.loadBuffer(pr.getOperand(), s);
+          Value next =
+              k == PathReduceKind::SubtreeMax
+                  ? Value(b.create<arith::MaximumFOp>(e.loc, a[0], x))
+                  : Value(b.create<arith::AddFOp>(e.loc, a[0], x));
+          b.create<scf::YieldOp>(
+              e.loc,
+              ValueRange{
+                  b.create<arith::SelectOp>(e.loc, match, next, a[0]),
+                  b.create<arith::SelectOp>(
+                      e.loc, match, b.create<arith::AddFOp>(e.loc, a[1], one),
+                      a[1])});
+          b.setInsertionPointToStart(&ifOp.getElseRegion().front());
+          b.create<scf::YieldOp>(e.loc, ValueRange{a[0], a[1]});
+        }
+        return SmallVector<Value>{ifOp.getResult(0), ifOp.getResult(1)};
       });
       if (k == PathReduceKind::SubtreeSum)
         return acc[0];

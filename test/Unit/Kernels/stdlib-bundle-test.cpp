@@ -1,9 +1,11 @@
 //===- stdlib-bundle-test.cpp - Bundles the compiler emits ----------------===//
 //
-// Runs the stdlib estimators as compiled by `cac compile --bundle` (gae, grpo)
-// through BundleEstimator and checks them against LibTorch computations of
-// estimators.md's formulas: the contract of docs/bundle.md seen from both
-// sides. Skips when no compiled bundles are at hand.
+// Runs the stdlib estimators as compiled by `cac compile --bundle` through
+// BundleEstimator: gae and grpo against LibTorch computations of
+// estimators.md's formulas (the contract of docs/bundle.md seen from both
+// sides), and every method on a random batch with empty sequences, groups and
+// a tree (finite outputs on the CPU; on a GPU, CUDA equal to the CPU). Skips
+// when no compiled bundles are at hand.
 //
 //===----------------------------------------------------------------------===//
 
@@ -15,6 +17,7 @@
 
 #include <sys/stat.h>
 
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -43,6 +46,67 @@ protected:
     return BundleEstimator::load(dir);
   }
 };
+
+/// The bundles of every stdlib method that was compiled.
+std::vector<std::string> stdlibMethods() {
+  std::vector<std::string> names;
+  for (const auto &entry :
+       std::filesystem::directory_iterator(stdlibBundlesPath()))
+    if (entry.is_directory())
+      names.push_back(entry.path().filename().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+/// A random batch for any bundle: lengths 0..maxLen (empty sequences too),
+/// groups of 8, and per group a tree whose root owns each member's first
+/// half and one leaf per member the rest. Inputs are plausible values for
+/// their names (log-probabilities <= 0, 0/1 rewards and newlines, values in
+/// (0, 1)), one slot per token for seg inputs.
+struct RandomBatch {
+  PackedBatch batch;
+  TensorMap inputs;
+};
+
+RandomBatch randomBatch(const Manifest &m, int64_t B, int64_t maxLen,
+                        uint64_t seed) {
+  at::manual_seed(seed);
+  at::Tensor lengths = at::randint(0, maxLen + 1, {B}, at::kLong);
+  RandomBatch r{PackedBatch::fromLengths(lengths), {}};
+  r.batch.setGroups(at::arange(B, at::kLong).div(8, "floor"));
+  int64_t G = (B + 7) / 8;
+  at::Tensor parent = at::cat({at::full({G}, -1, at::kLong),
+                               at::arange(B, at::kLong).div(8, "floor")});
+  at::Tensor seq = r.batch.tokenSeq().to(at::kLong);
+  at::Tensor pos =
+      at::arange(r.batch.numTokens(), at::kLong) -
+      r.batch.seqOffsets().to(at::kLong).index_select(0, seq);
+  at::Tensor half = lengths.index_select(0, seq).div(2, "floor");
+  at::Tensor node = at::where(pos < half, seq.div(8, "floor"), G + seq);
+  r.batch.setTree(parent, node);
+  for (const BufferSpec &b : m.buffers) {
+    if (b.role != BufferRole::Input)
+      continue;
+    bool perToken = b.domain == Domain::Token || b.domain == Domain::Seg;
+    int64_t n = perToken ? r.batch.numTokens() : r.batch.numSeqs();
+    at::Tensor u = at::rand({n});
+    if (b.name == "logp")
+      r.inputs[b.name] = at::log(0.05 + 0.95 * u);
+    else if (b.name == "reward" || b.name == "newline")
+      r.inputs[b.name] = (u < 0.4).to(at::kFloat);
+    else
+      r.inputs[b.name] = 0.05 + 0.9 * u;
+  }
+  return r;
+}
+
+ParamMap requiredParams(const Manifest &m) {
+  ParamMap p;
+  for (const ParamSpec &s : m.params)
+    if (!s.defaultValue)
+      p[s.name] = 0.9;
+  return p;
+}
 
 /// estimators.md §1.1: delta_t = r_t + gamma V_{t+1} - V_t with R on the last
 /// token and V after it 0; A_t = delta_t + gamma lambda A_{t+1}; ret = A + V.
@@ -119,6 +183,47 @@ TEST_F(StdlibBundle, GrpoMatchesTorch) {
     EXPECT_TRUE(
         at::allclose(out.at("adv").to(at::kDouble), expected, 1e-4, 1e-4))
         << "unbiased=" << unbiased;
+  }
+}
+
+TEST_F(StdlibBundle, EveryMethodRunsOnRandomBatches) {
+  std::vector<std::string> methods = stdlibMethods();
+  EXPECT_GE(methods.size(), 2u);
+  for (const std::string &name : methods) {
+    BundleEstimator est = load(name);
+    for (uint64_t seed : {1, 2}) {
+      RandomBatch r = randomBatch(est.manifest(), 37, 200, seed);
+      TensorMap out = est.run(r.inputs, r.batch, requiredParams(est.manifest()));
+      for (const BufferSpec &b : est.manifest().buffers) {
+        if (b.role != BufferRole::Output)
+          continue;
+        ASSERT_TRUE(out.count(b.name)) << name << ": " << b.name;
+        EXPECT_TRUE(out.at(b.name).isfinite().all().item<bool>())
+            << name << ": " << b.name << " (seed " << seed << ")";
+      }
+    }
+  }
+}
+
+TEST_F(StdlibBundle, EveryMethodCudaMatchesCpu) {
+  if (!CudaDriver::get().available())
+    GTEST_SKIP() << CudaDriver::get().unavailableReason();
+  if (!at::hasCUDA())
+    GTEST_SKIP() << "LibTorch has no CUDA";
+  at::Device gpu(at::kCUDA, 0);
+  for (const std::string &name : stdlibMethods()) {
+    BundleEstimator est = load(name);
+    RandomBatch r = randomBatch(est.manifest(), 300, 700, 7);
+    ParamMap params = requiredParams(est.manifest());
+    TensorMap cpu = est.run(r.inputs, r.batch, params);
+    TensorMap onGpu;
+    for (auto &[k, v] : r.inputs)
+      onGpu[k] = v.to(gpu);
+    TensorMap cuda = est.run(onGpu, r.batch, params);
+    for (auto &[k, v] : cpu)
+      EXPECT_TRUE(at::allclose(cuda.at(k).cpu(), v, 1e-4, 1e-4))
+          << name << ": " << k << " max |diff| "
+          << (cuda.at(k).cpu() - v).abs().max().item<double>();
   }
 }
 
