@@ -99,12 +99,17 @@ public:
   Sema(Estimator &est, mlir::MLIRContext &ctx) : est(est), ctx(ctx) {}
 
   mlir::LogicalResult run() {
-    if (!est.imports.empty()) {
-      error(est.imports.front().loc)
-          << "imports are not supported yet: inline the estimator";
-      return mlir::failure();
-    }
     bool ok = true;
+    for (Import &imp : est.imports) {
+      if (!imp.module) {
+        error(imp.loc) << "import '" << imp.alias << "' was not resolved";
+        return mlir::failure();
+      }
+      if (!imports.try_emplace(imp.alias, &imp).second) {
+        error(imp.loc) << "the alias '" << imp.alias << "' is already used";
+        ok = false;
+      }
+    }
     bool anyOutput = false;
     for (Stmt &s : est.stmts) {
       if (!checkStmt(s))
@@ -344,10 +349,8 @@ private:
   }
 
   bool checkName(Expr &e) {
-    if (!e.qualifier.empty()) {
-      error(e.loc) << "unknown module '" << e.qualifier << "'";
-      return false;
-    }
+    if (!e.qualifier.empty())
+      return checkImported(e);
     auto it = symbols.find(e.name);
     if (it != symbols.end()) {
       if (e.name == "tree" && it->second.kind == Symbol::Kind::Input) {
@@ -729,6 +732,67 @@ private:
     return false;
   }
 
+  /// `alias.name`: an output of an imported estimator. Its inputs bind to
+  /// this estimator's inputs of the same names, which must be declared
+  /// (before the first use) with the same domains; its parameters become
+  /// parameters named `alias_param`.
+  bool checkImported(Expr &e) {
+    auto it = imports.find(e.qualifier);
+    if (it == imports.end()) {
+      error(e.loc) << "unknown module '" << e.qualifier
+                   << "'; import it first: `import \"FILE.cac\" as "
+                   << e.qualifier << "`";
+      return false;
+    }
+    const Import &imp = *it->second;
+    const Estimator &mod = *imp.module;
+    if (!checkedImports.count(e.qualifier)) {
+      for (const Stmt &s : mod.stmts) {
+        if (s.kind == Stmt::Kind::Input) {
+          auto sym = symbols.find(s.name);
+          if (sym == symbols.end() ||
+              sym->second.kind != Symbol::Kind::Input ||
+              sym->second.type.domain != s.type.domain) {
+            error(e.loc) << "'" << e.qualifier << "' ('" << imp.path
+                         << "') reads the input '" << s.name << "' : "
+                         << domainName(s.type.domain) << "; declare `input "
+                         << s.name << " : " << domainName(s.type.domain)
+                         << "` before using it";
+            return false;
+          }
+          if (s.name == "group")
+            hasGroupInput = true;
+        } else if (s.kind == Stmt::Kind::Param) {
+          std::string name = e.qualifier + "_" + s.name;
+          if (symbols.count(name)) {
+            error(e.loc) << "the parameter '" << s.name << "' of '"
+                         << e.qualifier << "' becomes '" << name
+                         << "', which is already defined";
+            return false;
+          }
+          symbols[name] = Symbol{Symbol::Kind::Param, s.type, s.nameLoc};
+        }
+      }
+      checkedImports.insert(e.qualifier);
+    }
+    for (const Stmt &s : mod.stmts)
+      if (s.kind == Stmt::Kind::Output && s.name == e.name) {
+        e.type = s.type;
+        // Its segments are the imported estimator's own: here a seg output is
+        // the segment's value on each token.
+        if (e.type.domain == Domain::Seg)
+          e.type.domain = Domain::Token;
+        return true;
+      }
+    auto d = error(e.loc) << "'" << e.qualifier << "' has no output '"
+                          << e.name << "' (outputs:";
+    for (const Stmt &s : mod.stmts)
+      if (s.kind == Stmt::Kind::Output)
+        d << " " << s.name;
+    d << ")";
+    return false;
+  }
+
   bool requireTokenValue(Expr &e, llvm::StringRef what) {
     if (e.type.domain == Domain::Token)
       return true;
@@ -763,6 +827,8 @@ private:
   llvm::StringSet<> outputs;
   bool hasGroupInput = false;
   bool hasTreeInput = false;
+  llvm::StringMap<const Import *> imports;
+  llvm::StringSet<> checkedImports;
   std::optional<Location> segmentsLoc;
 };
 

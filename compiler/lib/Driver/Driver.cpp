@@ -21,6 +21,9 @@
 #include "mlir/Target/LLVMIR/Dialect/GPU/GPUToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/NVVM/NVVMToLLVMIRTranslation.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
 
 #include <pthread.h>
 
@@ -38,13 +41,92 @@ void cac::registerAllDialects(DialectRegistry &registry) {
   registerNVVMDialectTranslation(registry);
 }
 
+namespace {
+
+/// Parses buffer `bufferId`, resolves its imports (paths relative to the
+/// importing file, each file parsed and analyzed on its own and added to
+/// `sourceMgr` so that its diagnostics show its lines), then analyzes it.
+/// `active` holds the files being imported, to report cycles.
+std::unique_ptr<cac::ast::Estimator>
+parseWithImports(llvm::SourceMgr &sourceMgr, unsigned bufferId,
+                 MLIRContext &context, std::vector<std::string> &active) {
+  auto est = cac::parseEstimator(sourceMgr, bufferId, context);
+  if (!est)
+    return nullptr;
+  std::string self =
+      sourceMgr.getMemoryBuffer(bufferId)->getBufferIdentifier().str();
+  llvm::StringRef dir = llvm::sys::path::parent_path(self);
+  bool ok = true;
+  for (cac::ast::Import &imp : est->imports) {
+    Location at = cac::toLocation(context, imp.loc);
+    llvm::SmallString<256> path(imp.path);
+    if (!llvm::sys::path::is_absolute(path) && !dir.empty()) {
+      path = dir;
+      llvm::sys::path::append(path, imp.path);
+    }
+    llvm::SmallString<256> real;
+    std::string key = llvm::sys::fs::real_path(path, real)
+                          ? path.str().str()
+                          : real.str().str();
+    if (llvm::is_contained(active, key)) {
+      emitError(at) << "import cycle: '" << imp.path
+                    << "' is already being imported";
+      ok = false;
+      continue;
+    }
+    if (active.size() >= 16) {
+      emitError(at) << "imports nest more than 16 deep";
+      ok = false;
+      continue;
+    }
+    // Regular files only, and no larger than the parser accepts: an import
+    // of /dev/zero or of a huge file must be an error, not a hang.
+    uint64_t size = 0;
+    if (llvm::sys::fs::exists(path) &&
+        (!llvm::sys::fs::is_regular_file(path) ||
+         llvm::sys::fs::file_size(path, size) ||
+         size > cac::ParseLimits().maxFileBytes)) {
+      emitError(at) << "cannot import '" << path
+                    << "': not a regular .cac file of at most "
+                    << (cac::ParseLimits().maxFileBytes >> 20) << " MiB";
+      ok = false;
+      continue;
+    }
+    auto file = llvm::MemoryBuffer::getFile(path);
+    if (!file) {
+      emitError(at) << "cannot read '" << path << "': "
+                    << file.getError().message();
+      ok = false;
+      continue;
+    }
+    unsigned id = sourceMgr.AddNewSourceBuffer(std::move(*file), llvm::SMLoc());
+    active.push_back(key);
+    auto sub = parseWithImports(sourceMgr, id, context, active);
+    active.pop_back();
+    if (!sub) {
+      emitError(at) << "in the estimator imported as '" << imp.alias << "'";
+      ok = false;
+      continue;
+    }
+    imp.module = std::move(sub);
+  }
+  if (!ok || failed(cac::analyze(*est, context)))
+    return nullptr;
+  return est;
+}
+
+} // namespace
+
 std::unique_ptr<cac::ast::Estimator>
 cac::parseAndAnalyze(llvm::SourceMgr &sourceMgr, unsigned bufferId,
                      MLIRContext &context) {
-  auto est = parseEstimator(sourceMgr, bufferId, context);
-  if (!est || failed(analyze(*est, context)))
-    return nullptr;
-  return est;
+  std::vector<std::string> active;
+  llvm::SmallString<256> real;
+  std::string self =
+      sourceMgr.getMemoryBuffer(bufferId)->getBufferIdentifier().str();
+  active.push_back(llvm::sys::fs::real_path(self, real) ? self
+                                                        : real.str().str());
+  return parseWithImports(sourceMgr, bufferId, context, active);
 }
 
 OwningOpRef<ModuleOp> cac::compileToCac(llvm::SourceMgr &sourceMgr,

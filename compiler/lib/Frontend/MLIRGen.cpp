@@ -12,6 +12,7 @@
 
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/StringSet.h"
 
 using namespace mlir;
 using namespace cac;
@@ -53,6 +54,7 @@ public:
     Block *body = new Block();
     estOp.getBody().push_back(body);
     builder.setInsertionPointToStart(body);
+    current = &est;
     for (const Stmt &s : est.stmts)
       genStmt(s);
     genSegmentOutput(loc);
@@ -60,6 +62,43 @@ public:
   }
 
 private:
+  /// An imported estimator, generated inline where its first output is
+  /// used: its inputs are the importer's values of the same names, its
+  /// parameters are named `alias_param`, and its outputs become the
+  /// importer's `alias.name` values (no cac.output).
+  Value genImported(const Expr &e) {
+    std::string key = e.qualifier + "." + e.name;
+    if (Value v = symbols.lookup(key))
+      return v;
+    const ast::Import *imp = nullptr;
+    for (const ast::Import &i : current->imports)
+      if (i.alias == e.qualifier)
+        imp = &i;
+    if (!imp || generatedImports.count(e.qualifier))
+      return {};
+    generatedImports.insert(e.qualifier);
+    Generator child(ctx, floatType);
+    child.builder.setInsertionPoint(builder.getInsertionBlock(),
+                                    builder.getInsertionPoint());
+    child.current = imp->module.get();
+    child.imported = true;
+    child.paramPrefix = paramPrefix + e.qualifier + "_";
+    for (const Stmt &st : imp->module->stmts) {
+      if (st.kind != Stmt::Kind::Input)
+        continue;
+      if (Value v = symbols.lookup(st.name))
+        child.symbols[st.name] = v;
+      else if (Value v = segInputs.lookup(st.name))
+        child.segInputs[st.name] = v;
+    }
+    child.firstSeqInput = firstSeqInput;
+    for (const Stmt &st : imp->module->stmts)
+      child.genStmt(st);
+    for (auto &kv : child.outputs)
+      symbols[e.qualifier + "." + kv.first().str()] = kv.second;
+    return symbols.lookup(key);
+  }
+
   Location loc(const ast::Location &l) { return toLocation(ctx, l); }
 
   cir::FieldType field(cir::Domain d, bool pred = false) {
@@ -97,6 +136,8 @@ private:
     case Stmt::Kind::Input:
       if (s.name == "group" || s.name == "tree")
         return; // The grouping key and the tree are batch structure.
+      if (imported)
+        return; // Bound to the importer's inputs (genImported).
       if (s.type.domain == cac::Domain::Seg) {
         // Read on the tokens once the segments exist (genName).
         segInputs[s.name] = builder.create<cir::InputOp>(
@@ -112,8 +153,8 @@ private:
       FloatAttr def;
       if (s.defaultValue)
         def = builder.getF64FloatAttr(*s.defaultValue);
-      symbols[s.name] =
-          builder.create<cir::ParamOp>(l, field(s.type), s.name, def);
+      symbols[s.name] = builder.create<cir::ParamOp>(
+          l, field(s.type), paramPrefix + s.name, def);
       return;
     }
     case Stmt::Kind::Let:
@@ -139,6 +180,12 @@ private:
       if (typeOf(v).getElementType().isInteger(1))
         v = builder.create<cir::CastOp>(l, field(typeOf(v).getDomain()), v);
       v = broadcast(l, v, repr(s.type.domain));
+      if (imported) {
+        outputs[s.name] = v;
+        if (!symbols.count(s.name))
+          symbols[s.name] = v;
+        return;
+      }
       auto out = builder.create<cir::OutputOp>(l, s.name, v);
       if (s.type.domain == cac::Domain::Seg)
         out->setAttr("cac.seg", builder.getUnitAttr());
@@ -231,6 +278,8 @@ private:
           l, field(cir::Domain::Scalar, true),
           builder.getBoolAttr(e.number != 0));
     case Expr::Kind::Name:
+      if (!e.qualifier.empty())
+        return genImported(e);
       return genName(e, l);
     case Expr::Kind::Unary: {
       Value v = genExpr(*e.args[0]);
@@ -608,6 +657,13 @@ private:
   Value segStart, segEnd, segId;
   /// The first input of the seq domain, if any (what group_count counts).
   Value firstSeqInput;
+  /// The estimator being generated; for an imported one, its outputs (by
+  /// name) and the prefix of its parameters.
+  const Estimator *current = nullptr;
+  bool imported = false;
+  std::string paramPrefix;
+  llvm::StringMap<Value> outputs;
+  llvm::StringSet<> generatedImports;
 };
 
 } // namespace

@@ -100,11 +100,16 @@ struct Stmt {
   Type type;
 };
 
+struct Estimator;
+
 /// `import "path.cac" as name`.
 struct Import {
   Location loc;
   std::string path;
   std::string alias;
+  /// The imported estimator, parsed and analyzed (set by the driver before
+  /// Sema runs on the importer).
+  std::shared_ptr<Estimator> module;
 };
 
 /// One estimator: the unit a .cac file defines.
