@@ -29,6 +29,7 @@ const std::vector<std::string> &metricColumns() {
                                                 "reward_mean",
                                                 "acc",
                                                 "eval_acc",
+                                                "eval_steps_frac",
                                                 "loss",
                                                 "pg_loss",
                                                 "value_loss",

@@ -810,11 +810,14 @@ bool parseModel(Checker &c, const Value &v, ModelSpec &m,
 bool parseTask(Checker &c, const Value &v, TaskSpec &t) {
   t.loc = v.loc;
   if (isCall(v, "arith")) {
-    Args a(c, v, {"min_level", "max_level", "digits", "ops", "eval_fraction"});
+    Args a(c, v,
+           {"min_level", "max_level", "digits", "ops", "steps",
+            "eval_fraction"});
     a.integer("min_level", t.minLevel, 1, 5);
     a.integer("max_level", t.maxLevel, 1, 5);
     a.integer("digits", t.digits, 1, 9);
     a.str("ops", t.ops);
+    a.num("steps", t.steps, 0.0, 1.0);
     a.num("eval_fraction", t.evalFraction, 0.0, 0.9, true);
     if (a.get("ops") && (t.ops.empty() ||
                          t.ops.find_first_not_of("+-*") != std::string::npos)) {
@@ -827,6 +830,12 @@ bool parseTask(Checker &c, const Value &v, TaskSpec &t) {
       c.diag().error(a.get("ops")->loc,
                      "'ops' of 'arith' needs 'digits' (the levels fix "
                      "their own operators)");
+      return false;
+    }
+    if (a.get("steps") && !a.get("digits")) {
+      c.diag().error(a.get("steps")->loc,
+                     "'steps' of 'arith' needs 'digits' (the levels write "
+                     "their own solutions)");
       return false;
     }
     if (a.get("digits") && (a.get("min_level") || a.get("max_level"))) {

@@ -408,7 +408,7 @@ struct Trainer::Impl {
       padId = tokenizer->padId().value_or(eosId >= 0 ? eosId : 0);
       if (cfg.task.kind == TaskSpec::Kind::Arith && cfg.task.digits > 0) {
         twoOp.emplace(cfg.seed, cfg.task.digits, cfg.task.ops,
-                      cfg.task.evalFraction);
+                      cfg.task.evalFraction, cfg.task.steps);
         evalSet = twoOp->evalSet(static_cast<size_t>(cfg.eval.size));
       } else if (cfg.task.kind == TaskSpec::Kind::Arith) {
         ArithmeticTask::Options o;
@@ -680,13 +680,22 @@ struct Trainer::Impl {
 
   // --- evaluation ---------------------------------------------------------
 
+  /// The fraction of the last evaluation's greedy answers written in steps
+  /// (arith(digits, steps > 0) only; NaN otherwise).
+  double lastEvalSteps = std::numeric_limits<double>::quiet_NaN();
+
+  void addEvalSteps(json &row) const {
+    if (!std::isnan(lastEvalSteps))
+      row["eval_steps_frac"] = lastEvalSteps;
+  }
+
   double evaluate() {
     if (evalSet.empty())
       return std::numeric_limits<double>::quiet_NaN();
     torch::NoGradGuard ng;
     policy->eval();
     at::Generator gen = makeGenerator(0);
-    double correct = 0;
+    double correct = 0, stepped = 0;
     const size_t chunk = 256;
     for (size_t s = 0; s < evalSet.size(); s += chunk) {
       std::vector<std::vector<int64_t>> prompts;
@@ -695,9 +704,14 @@ struct Trainer::Impl {
         prompts.push_back(encodePrompt(evalSet[i]));
       auto out = generate(policy, prompts, samplingOptions(true), gen,
                           tokenizer.get(), 1);
-      for (size_t i = s; i < e; ++i)
+      for (size_t i = s; i < e; ++i) {
         correct += reward(evalSet[i], out[i - s].text) >= 1.0 ? 1.0 : 0.0;
+        stepped += TwoOperandTask::isStepped(out[i - s].text) ? 1.0 : 0.0;
+      }
     }
+    lastEvalSteps = twoOp && cfg.task.steps > 0.0
+                        ? stepped / static_cast<double>(evalSet.size())
+                        : std::numeric_limits<double>::quiet_NaN();
     return correct / static_cast<double>(evalSet.size());
   }
 
@@ -997,6 +1011,7 @@ struct Trainer::Impl {
                    {"rl_step", 0},
                    {"eval_acc", evalStart},
                    {"time_eval_s", seconds(t)}};
+        addEvalSteps(ev);
         addElapsed(ev);
         log->append(ev);
         enterRl();
@@ -1012,6 +1027,7 @@ struct Trainer::Impl {
                  {"rl_step", 0},
                  {"eval_acc", evalStart},
                  {"time_eval_s", seconds(t)}};
+      addEvalSteps(ev);
       addElapsed(ev);
       log->append(ev);
     }
@@ -1030,6 +1046,7 @@ struct Trainer::Impl {
         auto t = Clock::now();
         double acc = evaluate();
         row["eval_acc"] = acc;
+        addEvalSteps(row);
         row["time_eval_s"] = seconds(t);
         lastEval = fmt("%.3f", acc);
         if (last)

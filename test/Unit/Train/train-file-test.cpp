@@ -113,6 +113,38 @@ TEST(TrainFile, ArithDigitsAndOps) {
             std::string::npos)
       << r.errors;
   r = check("train t { model = builtin(\"tiny\") steps = 1 estimator = "
+            "\"g.cac\"\n task = arith(digits = 2, ops = \"+-\", steps = 0.5) }");
+  ASSERT_TRUE(r.cfg) << r.errors;
+  EXPECT_EQ(r.cfg->task.steps, 0.5);
+  r = check("train t { model = builtin(\"tiny\") steps = 1 estimator = "
+            "\"g.cac\"\n task = arith(digits = 2) }");
+  ASSERT_TRUE(r.cfg) << r.errors;
+  EXPECT_EQ(r.cfg->task.steps, 0.0);
+  r = check("train t { model = builtin(\"tiny\") steps = 1 estimator = "
+            "\"g.cac\"\n task = arith(digits = 2, steps = 1.5) }");
+  EXPECT_NE(r.errors.find("t.cac:2:35: error: 'steps' of 'arith' must be in "
+                          "[0, 1], got 1.5"),
+            std::string::npos)
+      << r.errors;
+  r = check("train t { model = builtin(\"tiny\") steps = 1 estimator = "
+            "\"g.cac\"\n task = arith(digits = 2, steps = -0.5) }");
+  EXPECT_NE(r.errors.find("t.cac:2:35: error: 'steps' of 'arith' must be in "
+                          "[0, 1], got -0.5"),
+            std::string::npos)
+      << r.errors;
+  r = check("train t { model = builtin(\"tiny\") steps = 1 estimator = "
+            "\"g.cac\"\n task = arith(digits = 2, steps = \"half\") }");
+  EXPECT_NE(r.errors.find("t.cac:2:35: error: 'steps' of 'arith' must be a "
+                          "number"),
+            std::string::npos)
+      << r.errors;
+  r = check("train t { model = builtin(\"tiny\") steps = 1 estimator = "
+            "\"g.cac\"\n task = arith(max_level = 2, steps = 0.5) }");
+  EXPECT_NE(r.errors.find("t.cac:2:38: error: 'steps' of 'arith' needs "
+                          "'digits'"),
+            std::string::npos)
+      << r.errors;
+  r = check("train t { model = builtin(\"tiny\") steps = 1 estimator = "
             "\"g.cac\"\n task = arith(digits = 2, max_level = 3) }");
   EXPECT_NE(r.errors.find("t.cac:2:24: error: 'digits' and "
                           "'min_level'/'max_level' of 'arith' exclude each "

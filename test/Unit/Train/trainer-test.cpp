@@ -131,6 +131,26 @@ TEST_F(TrainerTest, RunsAndWritesItsOutputs) {
     EXPECT_TRUE(fs::exists(cfg.out / f)) << f;
 }
 
+TEST_F(TrainerTest, SteppedTaskLogsTheStepFraction) {
+  std::string src = source();
+  std::string from = "task = arith(min_level = 1, max_level = 1)";
+  src.replace(src.find(from), from.size(),
+              "task = arith(digits = 1, ops = \"+-\", steps = 0.5)");
+  std::vector<json> rows = runToEnd(config(src, "a"));
+  ASSERT_EQ(rows.size(), 6u);
+  for (size_t i : {2u, 4u, 5u}) {
+    ASSERT_TRUE(rows[i].contains("eval_steps_frac")) << rows[i].dump();
+    double f = rows[i]["eval_steps_frac"].get<double>();
+    EXPECT_GE(f, 0.0);
+    EXPECT_LE(f, 1.0);
+  }
+  EXPECT_FALSE(rows[3].contains("eval_steps_frac"));
+  // Without `steps`, no column.
+  rows = runToEnd(config(source(), "b"));
+  for (const json &r : rows)
+    EXPECT_FALSE(r.contains("eval_steps_frac"));
+}
+
 TEST_F(TrainerTest, SameSeedSameMetrics) {
   auto a = withoutTimes(runToEnd(config(source(), "a")));
   auto b = withoutTimes(runToEnd(config(source(), "b")));

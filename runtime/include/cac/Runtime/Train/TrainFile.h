@@ -110,6 +110,9 @@ struct TaskSpec {
   /// instead of the built-in task's levels; 0: levels.
   int digits = 0;
   std::string ops = "+-";
+  /// arith(digits = D, steps = F): the fraction of SFT solutions written in
+  /// place-value steps (TwoOperandTask::steppedSolution); 0: all bare.
+  double steps = 0.0;
   double evalFraction = 0.1;
   /// gsm8k: JSONL files (resolved against the training file's folder).
   std::filesystem::path trainPath, evalPath;
