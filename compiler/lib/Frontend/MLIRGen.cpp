@@ -250,6 +250,17 @@ private:
   }
 
   Value cmp(Location l, cir::CmpPredicate p, Value a, Value b) {
+    // exp(x) < c  ==  x < log(c) for a scalar c (also for c <= 0: log gives
+    // -inf or NaN and both sides are false), so a probability threshold
+    // costs a compare per token instead of an exp (SAE, SPO). Not for > and
+    // >=, where c < 0 would make the two sides differ.
+    if ((p == cir::CmpPredicate::LT || p == cir::CmpPredicate::LE) &&
+        typeOf(b).getDomain() == cir::Domain::Scalar)
+      if (auto e = a.getDefiningOp<cir::UnaryOp>();
+          e && e.getKind() == cir::UnaryKind::Exp) {
+        a = e.getOperand();
+        b = builder.create<cir::UnaryOp>(l, cir::UnaryKind::Log, b);
+      }
     cir::Domain d = joined({a, b});
     a = broadcast(l, a, d);
     b = broadcast(l, b, d);
