@@ -747,17 +747,20 @@ cac::PaddedBatch cac::padBatch(const Batch &batch, torch::ScalarType dtype) {
   pb.mask = torch::arange(pb.maxLen, torch::TensorOptions().dtype(torch::kInt64))
                 .unsqueeze(0) < pb.lengths.unsqueeze(1);
   auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
-  for (const auto &kv : batch.token) {
-    const std::vector<double> &v = kv.second;
+  // Packed rows -> [B, width] zero padded, real entries where `mask` holds.
+  auto padRows = [&](const std::vector<double> &v, const torch::Tensor &mask,
+                     int64_t width) {
     torch::Tensor packed =
         torch::from_blob(const_cast<double *>(v.data()), {int64_t(v.size())},
                          f64)
             .to(dtype);
     torch::Tensor padded =
-        torch::zeros({B, pb.maxLen}, torch::TensorOptions().dtype(dtype));
-    padded.masked_scatter_(pb.mask, packed);
-    pb.token[kv.first().str()] = padded;
-  }
+        torch::zeros({B, width}, torch::TensorOptions().dtype(dtype));
+    padded.masked_scatter_(mask, packed);
+    return padded;
+  };
+  for (const auto &kv : batch.token)
+    pb.token[kv.first().str()] = padRows(kv.second, pb.mask, pb.maxLen);
   for (const auto &kv : batch.seq) {
     const std::vector<double> &v = kv.second;
     pb.seq[kv.first().str()] =
@@ -778,17 +781,8 @@ cac::PaddedBatch cac::padBatch(const Batch &batch, torch::ScalarType dtype) {
   torch::Tensor segMask =
       torch::arange(maxSegs, torch::TensorOptions().dtype(torch::kInt64))
           .unsqueeze(0) < pb.segCount.unsqueeze(1);
-  for (const auto &kv : batch.seg) {
-    const std::vector<double> &v = kv.second;
-    torch::Tensor packed =
-        torch::from_blob(const_cast<double *>(v.data()), {int64_t(v.size())},
-                         f64)
-            .to(dtype);
-    torch::Tensor padded =
-        torch::zeros({B, maxSegs}, torch::TensorOptions().dtype(dtype));
-    padded.masked_scatter_(segMask, packed);
-    pb.seg[kv.first().str()] = padded;
-  }
+  for (const auto &kv : batch.seg)
+    pb.seg[kv.first().str()] = padRows(kv.second, segMask, maxSegs);
   if (!batch.nodeParent.empty()) {
     pb.numNodes = batch.numNodes;
     std::vector<int64_t> parent(batch.nodeParent.begin(),
