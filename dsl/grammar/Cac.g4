@@ -12,7 +12,7 @@ importDecl
   ;
 
 estimatorDecl
-  : 'estimator' ID '{' stmt* '}'
+  : kind=('estimator' | 'objective') ID '{' stmt* '}'
   ;
 
 stmt
@@ -21,6 +21,12 @@ stmt
   | 'let' ID (':' ID)? '=' expr ';'?              # letStmt
   | 'output' ID ':' ID '=' expr ';'?              # outputStmt
   | 'segments' '=' expr ';'?                      # segmentsStmt
+  | 'loss' '(' ID (',' lossOption)* ')' '=' expr ';'?   # lossStmt
+  ;
+
+// `mask = PREDICATE` or `aggregation = "MODE"` (docs/language.md, Objectives).
+lossOption
+  : ID '=' (STRING | expr)
   ;
 
 number

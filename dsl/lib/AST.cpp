@@ -82,7 +82,7 @@ void dumpExpr(const Expr &e, unsigned indent, llvm::raw_ostream &os) {
 } // namespace
 
 void ast::dump(const Estimator &est, llvm::raw_ostream &os) {
-  os << "Estimator " << est.name;
+  os << (est.isObjective ? "Objective " : "Estimator ") << est.name;
   printLoc(est.loc, os);
   os << "\n";
   for (const Import &i : est.imports)
@@ -107,11 +107,20 @@ void ast::dump(const Estimator &est, llvm::raw_ostream &os) {
     case Stmt::Kind::Segments:
       os << "Segments";
       break;
+    case Stmt::Kind::Loss:
+      os << "Loss wrt " << s.name;
+      if (!s.aggregation.empty())
+        os << " aggregation \"" << s.aggregation << "\"";
+      break;
     }
     printType(s.type, os);
     printLoc(s.loc, os);
     os << "\n";
     if (s.value)
       dumpExpr(*s.value, 4, os);
+    if (s.mask) {
+      os << "    mask\n";
+      dumpExpr(*s.mask, 6, os);
+    }
   }
 }

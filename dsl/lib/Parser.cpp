@@ -137,6 +137,7 @@ public:
     auto *decl = file->estimatorDecl();
     est->loc = loc(decl);
     est->name = decl->ID()->getText();
+    est->isObjective = decl->kind->getText() == "objective";
     for (auto *imp : file->importDecl()) {
       Import i;
       i.loc = loc(imp);
@@ -197,6 +198,26 @@ private:
       s.name = "segments";
       s.nameLoc = s.loc;
       s.value = buildExpr(sg->expr());
+    } else if (auto *ls =
+                   dynamic_cast<cacgen::CacParser::LossStmtContext *>(ctx)) {
+      s.kind = Stmt::Kind::Loss;
+      s.name = ls->ID()->getText();
+      s.nameLoc = loc(ls->ID());
+      s.value = buildExpr(ls->expr());
+      for (auto *opt : ls->lossOption()) {
+        std::string key = opt->ID()->getText();
+        if (key == "mask" && opt->expr() && !s.mask) {
+          s.mask = buildExpr(opt->expr());
+        } else if (key == "aggregation" && opt->STRING() &&
+                   s.aggregation.empty()) {
+          std::string quoted = opt->STRING()->getText();
+          s.aggregation = unescape(quoted.substr(1, quoted.size() - 2));
+          s.aggregationLoc = loc(opt->STRING());
+        } else {
+          // Sema reports it: keep the option's location in the name.
+          s.badOptions.push_back({key, loc(opt)});
+        }
+      }
     } else {
       auto *o = dynamic_cast<cacgen::CacParser::OutputStmtContext *>(ctx);
       s.kind = Stmt::Kind::Output;

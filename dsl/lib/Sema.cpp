@@ -36,6 +36,10 @@ constexpr BuiltinInfo kBuiltins[] = {
     {"clip", Builtin::Clip},
     {"select", Builtin::Select},
     {"float", Builtin::Float},
+    {"sg", Builtin::StopGrad},
+    {"kl_k1", Builtin::KlK1},
+    {"kl_k2", Builtin::KlK2},
+    {"kl_k3", Builtin::KlK3},
     {"next", Builtin::Next},
     {"prev", Builtin::Prev},
     {"scan", Builtin::Scan},
@@ -105,6 +109,11 @@ public:
         error(imp.loc) << "import '" << imp.alias << "' was not resolved";
         return mlir::failure();
       }
+      if (imp.module->isObjective) {
+        error(imp.loc) << "'" << imp.path << "' is an objective; only "
+                       << "estimators can be imported";
+        ok = false;
+      }
       if (!imports.try_emplace(imp.alias, &imp).second) {
         error(imp.loc) << "the alias '" << imp.alias << "' is already used";
         ok = false;
@@ -116,7 +125,12 @@ public:
         ok = false;
       anyOutput |= s.kind == Stmt::Kind::Output;
     }
-    if (ok && !anyOutput) {
+    if (ok && est.isObjective && !lossLoc) {
+      error(est.loc) << "objective '" << est.name
+                     << "' declares no loss; add `loss(INPUT) = EXPR`";
+      ok = false;
+    }
+    if (ok && !anyOutput && !est.isObjective) {
       error(est.loc) << "estimator '" << est.name
                      << "' declares no output; add `output NAME : DOMAIN = "
                         "EXPR`";
@@ -247,7 +261,17 @@ private:
       segmentsLoc = s.loc;
       return true;
     }
+    case Stmt::Kind::Loss:
+      return checkLoss(s);
     case Stmt::Kind::Output: {
+      if (est.isObjective &&
+          (s.name == "loss" || s.name == "loss_count" ||
+           llvm::StringRef(s.name).starts_with("grad_"))) {
+        error(s.nameLoc) << "'" << s.name << "' is an output the objective "
+                         << "defines itself (loss, loss_count, grad_INPUT); "
+                         << "choose another name";
+        return false;
+      }
       auto d = declaredDomain(s);
       if (!d || !domainUsable(*d, s.domainLoc))
         return false;
@@ -274,6 +298,99 @@ private:
     }
     }
     return false;
+  }
+
+  /// `loss(X, mask = P, aggregation = "MODE") = EXPR` (objectives only).
+  bool checkLoss(Stmt &s) {
+    if (!est.isObjective) {
+      error(s.loc) << "a loss belongs in an objective: declare the file "
+                   << "with `objective NAME { ... }` instead of `estimator`";
+      return false;
+    }
+    if (lossLoc) {
+      auto d = error(s.loc) << "the loss is already defined";
+      note(d, *lossLoc, "previous definition is here");
+      return false;
+    }
+    lossLoc = s.loc;
+    bool ok = true;
+    for (auto &[key, at] : s.badOptions) {
+      error(at) << (key == "mask" || key == "aggregation"
+                        ? "'" + key + "' is given twice or in the wrong form"
+                        : "unknown loss option '" + key + "'")
+                << "; the options are `mask = PREDICATE` and `aggregation = "
+                << "\"MODE\"`";
+      ok = false;
+    }
+    auto sym = symbols.find(s.name);
+    if (sym == symbols.end() || sym->second.kind != Symbol::Kind::Input) {
+      error(s.nameLoc) << "the loss is differentiated by an input, and '"
+                       << s.name << "' is "
+                       << (sym == symbols.end() ? "not defined"
+                                                : "not an input")
+                       << "; declare it first, e.g. `input " << s.name
+                       << " : token`";
+      return false;
+    }
+    Domain wrt = sym->second.type.domain;
+    if (wrt != Domain::Token && wrt != Domain::Seq) {
+      error(s.nameLoc) << "the loss can be differentiated by a 'token' or "
+                       << "'seq' input, but '" << s.name << "' has domain '"
+                       << domainName(wrt) << "'";
+      return false;
+    }
+    if (!checkExpr(*s.value) || !requireFloat(*s.value, "the loss"))
+      return false;
+    Domain d = s.value->type.domain;
+    if (d != Domain::Token && d != Domain::Seq) {
+      error(s.value->loc)
+          << "the loss is one number per token or per sequence, but this "
+          << "value has domain '" << domainName(d) << "'"
+          << (d == Domain::Scalar ? " (it does not depend on the batch)"
+                                  : "");
+      return false;
+    }
+    s.type = {d, ElemKind::Float};
+    if (s.mask) {
+      if (!checkExpr(*s.mask) || !requireBool(*s.mask, "the loss mask"))
+        return false;
+      if (!broadcastsTo(s.mask->type.domain, d)) {
+        error(s.mask->loc) << "the mask of a '" << domainName(d)
+                           << "' loss must be a '" << domainName(d)
+                           << "' predicate (or coarser), but this one has "
+                           << "domain '" << domainName(s.mask->type.domain)
+                           << "'";
+        return false;
+      }
+    }
+    if (!s.aggregation.empty()) {
+      if (d == Domain::Seq ? s.aggregation != "seq-mean"
+                           : aggregationCode(s.aggregation) < 0) {
+        auto diag = error(s.aggregationLoc)
+                    << "unknown aggregation '" << s.aggregation << "' for a "
+                    << domainName(d) << " loss; expected ";
+        if (d == Domain::Seq)
+          diag << "\"seq-mean\" (a sequence loss is averaged over the "
+                  "sequences)";
+        else
+          diag << "one of \"token-mean\", \"seq-mean-token-mean\", "
+                  "\"seq-mean-token-sum\", \"seq-mean-token-sum-norm\"";
+        return false;
+      }
+    }
+    for (const char *reserved : {"aggregation", "norm_len"})
+      if (symbols.count(reserved) && d == Domain::Token) {
+        error(symbols[reserved].loc)
+            << "'" << reserved << "' is the parameter of the loss's "
+            << "aggregation; choose another name";
+        return false;
+      }
+    if (d == Domain::Token)
+      for (const char *reserved : {"aggregation", "norm_len"})
+        symbols[reserved] =
+            Symbol{Symbol::Kind::Param, {Domain::Scalar, ElemKind::Float},
+                   s.loc};
+    return ok;
   }
 
   bool requireFloat(Expr &e, llvm::StringRef what) {
@@ -518,6 +635,22 @@ private:
         return false;
       e.type = {e.args[0]->type.domain, ElemKind::Float};
       return true;
+    case Builtin::StopGrad:
+      if (!arity(e, 1, 1) || !floats())
+        return false;
+      e.type = e.args[0]->type;
+      return true;
+    case Builtin::KlK1:
+    case Builtin::KlK2:
+    case Builtin::KlK3: {
+      if (!arity(e, 2, 2) || !floats())
+        return false;
+      auto d = join(e, allOperands(), what);
+      if (!d)
+        return false;
+      e.type = {*d, ElemKind::Float};
+      return true;
+    }
     case Builtin::Next:
     case Builtin::Prev:
     case Builtin::Scan:
@@ -830,6 +963,7 @@ private:
   llvm::StringMap<const Import *> imports;
   llvm::StringSet<> checkedImports;
   std::optional<Location> segmentsLoc;
+  std::optional<Location> lossLoc;
 };
 
 } // namespace
@@ -839,6 +973,17 @@ std::optional<Builtin> cac::lookupBuiltin(llvm::StringRef name) {
     if (name == b.name)
       return b.id;
   return std::nullopt;
+}
+
+const char *const cac::kAggregationModes[4] = {
+    "token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
+    "seq-mean-token-sum-norm"};
+
+int cac::aggregationCode(llvm::StringRef mode) {
+  for (int i = 0; i < 4; ++i)
+    if (mode == kAggregationModes[i])
+      return i;
+  return -1;
 }
 
 bool cac::usesGroups(Builtin b) {

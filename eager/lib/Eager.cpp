@@ -521,6 +521,8 @@ private:
         return torch::floor(x[0]);
       case UnaryKind::Ceil:
         return torch::ceil(x[0]);
+      case UnaryKind::StopGrad:
+        return x[0].detach();
       }
       return unsupported(op, "unary kind");
     }
@@ -589,6 +591,17 @@ private:
         torch::where(pb.mask, get(s.getInput()), zero).t().contiguous();
     torch::Tensor c =
         torch::where(pb.mask, get(s.getDecay()), zero).t().contiguous();
+    if (torch::GradMode::is_enabled() && (x.requires_grad() || c.requires_grad())) {
+      // Autograd (runEager's `autograd`): no out= operations.
+      std::vector<torch::Tensor> ys(T);
+      torch::Tensor prev = torch::zeros({B}, x.options());
+      for (int64_t i = 0; i < T; ++i) {
+        int64_t t = reverse ? T - 1 - i : i;
+        prev = x.select(0, t) + c.select(0, t) * prev;
+        ys[t] = prev;
+      }
+      return set(op, s.getResult(), torch::stack(ys).t());
+    }
     torch::Tensor y = torch::empty({T, B}, x.options());
     torch::Tensor prev = torch::zeros({B}, x.options());
     torch::Tensor tmp = torch::empty({B}, x.options());
@@ -817,16 +830,54 @@ torch::ScalarType cac::eagerDtype(ModuleOp module) {
 }
 
 llvm::Expected<std::vector<cac::PaddedOutput>>
-cac::runEagerPadded(ModuleOp module, const PaddedBatch &batch) {
+cac::runEagerPadded(ModuleOp module, const PaddedBatch &batch,
+                    bool autograd) {
   std::string why;
   EstimatorOp est = theEstimator(module, why);
   if (!est)
     return err(why);
-  torch::NoGradGuard noGrad;
+  if (!autograd) {
+    torch::NoGradGuard noGrad;
+    std::vector<PaddedOutput> outs;
+    Evaluator ev(batch, eagerDtype(module));
+    if (auto e = ev.run(est, outs))
+      return std::move(e);
+    return outs;
+  }
+  auto obj = est->getAttrOfType<DictionaryAttr>("cac.objective");
+  if (!obj)
+    return err("the autograd gradient needs an objective (`objective NAME "
+               "{ ... loss(INPUT) = ... }`)");
+  std::string wrt = cast<StringAttr>(obj.get("wrt")).str();
+  // The input the loss is differentiated by becomes a leaf that requires
+  // its gradient; everything else is shared with `batch`.
+  PaddedBatch pb = batch;
+  auto &arrays = pb.token.count(wrt) ? pb.token : pb.seq;
+  auto it = arrays.find(wrt);
+  if (it == arrays.end())
+    return err("the batch has no input '" + wrt + "'");
+  torch::Tensor x = it->second.detach().clone().requires_grad_(true);
+  it->second = x;
+  torch::AutoGradMode enable(true);
   std::vector<PaddedOutput> outs;
-  Evaluator ev(batch, eagerDtype(module));
+  Evaluator ev(pb, eagerDtype(module));
   if (auto e = ev.run(est, outs))
     return std::move(e);
+  PaddedOutput *loss = nullptr, *grad = nullptr;
+  for (PaddedOutput &o : outs) {
+    if (o.name == "loss")
+      loss = &o;
+    if (o.name == "grad_" + wrt)
+      grad = &o;
+  }
+  if (!loss || !grad)
+    return err("the objective has no outputs loss and grad_" + wrt);
+  loss->values.sum().backward();
+  torch::Tensor g = x.grad();
+  grad->values = g.defined() ? g.detach() : torch::zeros_like(x).detach();
+  loss->values = loss->values.detach();
+  for (PaddedOutput &o : outs)
+    o.values = o.values.detach();
   return outs;
 }
 
@@ -852,13 +903,13 @@ cac::unpadOutputs(const PaddedBatch &batch,
 }
 
 llvm::Expected<std::vector<cac::OutputArray>>
-cac::runEager(ModuleOp module, const Batch &batch) {
+cac::runEager(ModuleOp module, const Batch &batch, bool autograd) {
   try {
     std::string why;
     if (!theEstimator(module, why))
       return err(why);
     PaddedBatch pb = padBatch(batch, eagerDtype(module));
-    auto outs = runEagerPadded(module, pb);
+    auto outs = runEagerPadded(module, pb, autograd);
     if (!outs)
       return outs.takeError();
     return unpadOutputs(pb, *outs);

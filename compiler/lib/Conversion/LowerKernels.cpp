@@ -201,6 +201,8 @@ public:
         return b.create<math::FloorOp>(l, x[0]);
       case UnaryKind::Ceil:
         return b.create<math::CeilOp>(l, x[0]);
+      case UnaryKind::StopGrad: // the identity; only the gradient stops
+        return x[0];
       }
     }
     if (auto cmp = dyn_cast<CmpOp>(op)) {
@@ -1412,6 +1414,14 @@ struct LowerKernelsPass
     if (abi.needsTree)
       needs.push_back("tree");
     m["needs"] = std::move(needs);
+    if (auto obj = est->getAttrOfType<DictionaryAttr>("cac.objective")) {
+      // The host scales `loss` and `grad_<wrt>` (docs/language.md).
+      std::string wrt = cast<StringAttr>(obj.get("wrt")).str();
+      m["objective"] = llvm::json::Object{
+          {"wrt", wrt},
+          {"gradient", "grad_" + wrt},
+          {"loss_domain", cast<StringAttr>(obj.get("loss_domain")).str()}};
+    }
     llvm::json::Array bufs;
     for (const Buffer &bf : abi.buffers) {
       llvm::json::Object o{{"name", bf.name},

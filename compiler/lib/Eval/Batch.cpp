@@ -418,8 +418,63 @@ llvm::Error cac::checkSegmentCounts(const Batch &b,
   return llvm::Error::success();
 }
 
+double cac::objectiveNormalizer(const ObjectiveInfo &info, int aggregation,
+                                const std::vector<double> &lossCount,
+                                int64_t numSeqs) {
+  if (info.lossDomain == "seq" || aggregation == 0) {
+    double n = 0;
+    for (double c : lossCount)
+      n += c;
+    return n;
+  }
+  return double(numSeqs);
+}
+
+llvm::Expected<std::string>
+cac::finishObjective(const ObjectiveInfo &info, int aggregation,
+                     const Batch &batch, std::vector<OutputArray> &outputs) {
+  auto find = [&](llvm::StringRef name) -> OutputArray * {
+    for (OutputArray &o : outputs)
+      if (o.name == name)
+        return &o;
+    return nullptr;
+  };
+  OutputArray *loss = find("loss"), *count = find("loss_count"),
+              *grad = find("grad_" + info.wrt);
+  if (!loss || !count || !grad)
+    return llvm::createStringError(llvm::inconvertibleErrorCode(),
+                                   "the objective's outputs loss, loss_count "
+                                   "and grad_" + info.wrt + " are missing");
+  double n = objectiveNormalizer(info, aggregation, count->values,
+                                 batch.numSeqs);
+  double sum = 0;
+  for (double v : loss->values)
+    sum += v;
+  // Nothing counts (every element masked out): the loss and its gradient
+  // are 0, as verl's masked mean with its clamp of the denominator.
+  double scale = n > 0 ? 1.0 / n : 0.0;
+  for (double &g : grad->values)
+    g *= scale;
+  static const char *const modes[] = {"token-mean", "seq-mean-token-mean",
+                                      "seq-mean-token-sum",
+                                      "seq-mean-token-sum-norm"};
+  Object o;
+  o["wrt"] = info.wrt;
+  o["aggregation"] = info.lossDomain == "seq" ? "seq-mean"
+                     : aggregation >= 0 && aggregation < 4
+                         ? modes[aggregation]
+                         : "?";
+  o["normalizer"] = n;
+  o["loss"] = sum * scale;
+  std::string s;
+  llvm::raw_string_ostream os(s);
+  os << llvm::formatv("{0:2}", Value(std::move(o)));
+  return os.str();
+}
+
 std::string cac::formatOutputsJson(const Batch &b,
-                                   const std::vector<OutputArray> &outputs) {
+                                   const std::vector<OutputArray> &outputs,
+                                   llvm::StringRef objectiveJson) {
   Object token, seq, group, segObj, nodeObj;
   // The segment starts (output "_seg_start", 1 where a segment starts).
   const OutputArray *starts = nullptr;
@@ -476,6 +531,9 @@ std::string cac::formatOutputsJson(const Batch &b,
     }
     root["segments"] = std::move(segs);
   }
+  if (!objectiveJson.empty())
+    if (auto v = llvm::json::parse(objectiveJson))
+      root["objective"] = std::move(*v);
   std::string s;
   llvm::raw_string_ostream os(s);
   os << llvm::formatv("{0:2}", Value(std::move(root))) << "\n";

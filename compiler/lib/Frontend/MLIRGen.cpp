@@ -6,6 +6,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cac/Frontend/MLIRGen.h"
+#include "cac/Frontend/Autodiff.h"
 #include "cac/DSL/Parser.h"
 #include "cac/DSL/Sema.h"
 #include "cac/Dialect/Cac/IR/CacDialect.h"
@@ -55,8 +56,11 @@ public:
     estOp.getBody().push_back(body);
     builder.setInsertionPointToStart(body);
     current = &est;
+    estimatorOp = estOp;
     for (const Stmt &s : est.stmts)
       genStmt(s);
+    if (failedGen)
+      return nullptr;
     genSegmentOutput(loc);
     return module;
   }
@@ -175,6 +179,9 @@ private:
                      constant(l, 1.0));
       return;
     }
+    case Stmt::Kind::Loss:
+      genLoss(s, l);
+      return;
     case Stmt::Kind::Output: {
       Value v = genExpr(*s.value);
       if (typeOf(v).getElementType().isInteger(1))
@@ -194,6 +201,69 @@ private:
       return;
     }
     }
+  }
+
+  /// `loss(X, mask = M, aggregation = "MODE") = L`: the outputs `loss` (per
+  /// sequence, the weighted sum of its elements' losses), `loss_count` (per
+  /// sequence, the elements that count) and `grad_X`, the gradient of
+  ///
+  ///     sum over the elements i of w[i] * L[i],   w = float(M) * c
+  ///
+  /// with c = 1 / loss_count of the sequence for "seq-mean-token-mean",
+  /// 1 / norm_len for "seq-mean-token-sum-norm" and 1 otherwise. The host
+  /// divides both by the batch's sum of loss_count ("token-mean", and every
+  /// seq loss) or by the number of sequences (docs/language.md).
+  void genLoss(const Stmt &s, Location l) {
+    Value wrt = symbols.lookup(s.name);
+    cir::Domain d = repr(s.type.domain);
+    Value loss = broadcast(l, genExpr(*s.value), d);
+    Value one = constant(l, 1.0);
+    Value mask = s.mask ? toFloat(l, broadcast(l, genExpr(*s.mask), d))
+                        : broadcast(l, one, d);
+    Value weight, perSeq, count;
+    if (d == cir::Domain::Token) {
+      int code = s.aggregation.empty() ? 0 : aggregationCode(s.aggregation);
+      Value agg = builder.create<cir::ParamOp>(
+          l, field(cir::Domain::Scalar), paramPrefix + "aggregation",
+          builder.getF64FloatAttr(code));
+      Value normLen = builder.create<cir::ParamOp>(
+          l, field(cir::Domain::Scalar), paramPrefix + "norm_len",
+          builder.getF64FloatAttr(0.0));
+      symbols["aggregation"] = agg;
+      symbols["norm_len"] = normLen;
+      count = reduce(l, cir::ReduceKind::Sum, mask, cir::Domain::Seq);
+      Value perMean = binary(l, cir::BinaryKind::Div, one,
+                             binary(l, cir::BinaryKind::Max, count, one));
+      Value perNorm = binary(l, cir::BinaryKind::Div, one,
+                             binary(l, cir::BinaryKind::Max, normLen, one));
+      Value c = select(
+          l, cmp(l, cir::CmpPredicate::EQ, agg, constant(l, 1.0)), perMean,
+          select(l, cmp(l, cir::CmpPredicate::EQ, agg, constant(l, 3.0)),
+                 perNorm, one));
+      weight = binary(l, cir::BinaryKind::Mul, mask, c);
+      perSeq = reduce(l, cir::ReduceKind::Sum,
+                      binary(l, cir::BinaryKind::Mul, weight, loss),
+                      cir::Domain::Seq);
+    } else {
+      count = mask;
+      weight = mask;
+      perSeq = binary(l, cir::BinaryKind::Mul, weight, loss);
+    }
+    builder.create<cir::OutputOp>(l, "loss", perSeq);
+    builder.create<cir::OutputOp>(l, "loss_count", count);
+    Value grad = differentiate(builder, l, loss, weight, wrt);
+    if (!grad) {
+      failedGen = true;
+      return;
+    }
+    builder.create<cir::OutputOp>(l, "grad_" + s.name, grad);
+    estimatorOp->setAttr(
+        "cac.objective",
+        builder.getDictionaryAttr(
+            {builder.getNamedAttr("wrt", builder.getStringAttr(s.name)),
+             builder.getNamedAttr(
+                 "loss_domain",
+                 builder.getStringAttr(cir::stringifyDomain(d)))}));
   }
 
   /// The segment starts as an output "_seg_start" (1 where a segment starts):
@@ -405,6 +475,33 @@ private:
     case Builtin::Float:
       return builder.create<cir::CastOp>(l, field(typeOf(a[0]).getDomain()),
                                          a[0]);
+    case Builtin::StopGrad:
+      return unary(cir::UnaryKind::StopGrad);
+    case Builtin::KlK1:
+    case Builtin::KlK2:
+    case Builtin::KlK3: {
+      // d = logp - logp_ref; k1 = d, k2 = d^2 / 2, k3 = exp(-d) + d - 1 with
+      // verl's clamps (-d to +-20, k3 to +-10).
+      Value d = binary(l, cir::BinaryKind::Sub, a[0], a[1]);
+      if (b == Builtin::KlK1)
+        return d;
+      if (b == Builtin::KlK2)
+        return binary(l, cir::BinaryKind::Mul, constant(l, 0.5),
+                      binary(l, cir::BinaryKind::Mul, d, d));
+      auto clamp = [&](Value x, double c) {
+        return binary(l, cir::BinaryKind::Max,
+                      binary(l, cir::BinaryKind::Min, x, constant(l, c)),
+                      constant(l, -c));
+      };
+      Value m = clamp(builder.create<cir::UnaryOp>(l, cir::UnaryKind::Neg, d),
+                      20.0);
+      Value k3 = binary(
+          l, cir::BinaryKind::Sub,
+          binary(l, cir::BinaryKind::Sub,
+                 builder.create<cir::UnaryOp>(l, cir::UnaryKind::Exp, m), m),
+          constant(l, 1.0));
+      return clamp(k3, 10.0);
+    }
     case Builtin::Next:
     case Builtin::Prev: {
       Value fill = a.size() > 1 ? a[1] : constant(l, 0.0);
@@ -675,6 +772,8 @@ private:
   std::string paramPrefix;
   llvm::StringMap<Value> outputs;
   llvm::StringSet<> generatedImports;
+  cir::EstimatorOp estimatorOp;
+  bool failedGen = false;
 };
 
 } // namespace

@@ -16,6 +16,9 @@
 #include "cac/Eager/Eager.h"
 #endif
 
+#include "cac/DSL/Sema.h"
+#include "cac/Dialect/Cac/IR/CacDialect.h"
+
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
@@ -69,6 +72,18 @@ static cl::opt<std::string> backend("backend",
 static cl::opt<std::string> dtype(
     "dtype", cl::desc("eval precision: f64 (default) or f32"),
     cl::init("f64"), cl::cat(cat));
+static cl::opt<std::string> gradMode(
+    "grad",
+    cl::desc("objectives: the gradient from the compiled gradient operations "
+             "(compiled, default) or from LibTorch autograd of the eager "
+             "forward pass (autograd; --backend eager only)"),
+    cl::init("compiled"), cl::cat(cat));
+static cl::opt<std::string> aggregationArg(
+    "aggregation",
+    cl::desc("objectives: token-mean, seq-mean-token-mean, "
+             "seq-mean-token-sum or seq-mean-token-sum-norm (overrides the "
+             "file's)"),
+    cl::cat(cat));
 static cl::opt<bool> verifyDiagnostics(
     "verify-diagnostics",
     cl::desc("Check expected-error comments in the source (for tests)"),
@@ -208,10 +223,60 @@ int realMain() {
         return fail("--param expects NAME=NUMBER, got '" + p + "'");
       batch->params[name.str()] = v;
     }
+    // An objective: its aggregation mode (a parameter, with the file's mode
+    // as its default) and, for "seq-mean-token-sum-norm" without norm_len,
+    // the longest sequence of the batch as the normaliser's length.
+    std::optional<cac::ObjectiveInfo> objective;
+    int aggregation = 0;
+    module->walk([&](cac::ir::EstimatorOp est) {
+      if (auto obj = est->getAttrOfType<DictionaryAttr>("cac.objective"))
+        objective = cac::ObjectiveInfo{
+            cast<StringAttr>(obj.get("wrt")).str(),
+            cast<StringAttr>(obj.get("loss_domain")).str()};
+    });
+    if (!aggregationArg.empty()) {
+      int code = cac::aggregationCode(aggregationArg);
+      if (!objective || objective->lossDomain != "token" || code < 0)
+        return fail(!objective ? "--aggregation applies to objectives"
+                    : objective->lossDomain != "token"
+                        ? "--aggregation applies to token losses (a seq "
+                          "loss is averaged over the sequences)"
+                        : "--aggregation must be token-mean, "
+                          "seq-mean-token-mean, seq-mean-token-sum or "
+                          "seq-mean-token-sum-norm");
+      batch->params["aggregation"] = code;
+    }
+    if (objective && objective->lossDomain == "token") {
+      module->walk([&](cac::ir::ParamOp p) {
+        if (p.getName() == "aggregation")
+          if (auto d = p.getDefaultValue())
+            aggregation = int(d->convertToDouble());
+      });
+      if (auto it = batch->params.find("aggregation");
+          it != batch->params.end())
+        aggregation = int(it->second);
+      if (aggregation < 0 || aggregation > 3 ||
+          batch->params.count("aggregation") &&
+              batch->params["aggregation"] != aggregation)
+        return fail("the parameter 'aggregation' must be 0 (token-mean), 1 "
+                    "(seq-mean-token-mean), 2 (seq-mean-token-sum) or 3 "
+                    "(seq-mean-token-sum-norm)");
+      if (aggregation == 3 && !batch->params.count("norm_len")) {
+        int64_t longest = 0;
+        for (int64_t b = 0; b < batch->numSeqs; ++b)
+          longest = std::max<int64_t>(
+              longest, batch->seqOffsets[b + 1] - batch->seqOffsets[b]);
+        batch->params["norm_len"] = double(longest);
+      }
+    }
+    if (gradMode != "compiled" && gradMode != "autograd")
+      return fail("--grad must be compiled or autograd");
+    if (gradMode == "autograd" && (!objective || backend != "eager"))
+      return fail("--grad autograd needs an objective and --backend eager");
     std::vector<cac::OutputArray> outputs;
     if (backend == "eager") {
 #ifdef CAC_HAVE_EAGER
-      auto r = cac::runEager(*module, *batch);
+      auto r = cac::runEager(*module, *batch, gradMode == "autograd");
       if (!r)
         return fail(llvm::toString(r.takeError()));
       outputs = std::move(*r);
@@ -241,7 +306,15 @@ int realMain() {
     }
     if (auto e = cac::checkSegmentCounts(*batch, outputs))
       return fail(llvm::toString(std::move(e)));
-    return writeOutput(cac::formatOutputsJson(*batch, outputs)) ? 0 : 1;
+    std::string summary;
+    if (objective) {
+      auto s = cac::finishObjective(*objective, aggregation, *batch, outputs);
+      if (!s)
+        return fail(llvm::toString(s.takeError()));
+      summary = *s;
+    }
+    return writeOutput(cac::formatOutputsJson(*batch, outputs, summary)) ? 0
+                                                                         : 1;
   }
   return fail("unknown command '" + command + "'; expected compile or eval");
 }

@@ -67,8 +67,33 @@ struct OutputArray {
 llvm::Error checkSegmentCounts(const Batch &batch,
                                const std::vector<OutputArray> &outputs);
 
+/// What an objective's manifest (or `cac.objective` attribute) says.
+struct ObjectiveInfo {
+  std::string wrt;        ///< the input the loss is differentiated by
+  std::string lossDomain; ///< token | seq
+};
+
+/// The aggregation of an objective's loss: the scalar loss is
+/// sum(loss) / normalizer and the gradient grad_<wrt> / normalizer, where
+/// the normalizer is the sum of loss_count over the (mini)batch for
+/// "token-mean" (code 0) and for a seq loss, and the number of sequences for
+/// the seq-mean modes (codes 1-3). docs/language.md, Objectives.
+double objectiveNormalizer(const ObjectiveInfo &info, int aggregation,
+                           const std::vector<double> &lossCount,
+                           int64_t numSeqs);
+
+/// The summary `cac eval` prints for an objective: divides grad_<wrt> in
+/// `outputs` by the normalizer (so that it is the gradient of the printed
+/// loss) and returns {"loss", "normalizer", "aggregation", "wrt"} as JSON.
+llvm::Expected<std::string> finishObjective(const ObjectiveInfo &info,
+                                            int aggregation,
+                                            const Batch &batch,
+                                            std::vector<OutputArray> &outputs);
+
+/// `objectiveJson`, when not empty, is printed under "objective".
 std::string formatOutputsJson(const Batch &batch,
-                              const std::vector<OutputArray> &outputs);
+                              const std::vector<OutputArray> &outputs,
+                              llvm::StringRef objectiveJson = "");
 
 /// Resolves the value of each manifest parameter from the batch (file and
 /// command line) and the defaults. Fails naming a required parameter that

@@ -83,7 +83,7 @@ public:
 
 /// A statement of an estimator body.
 struct Stmt {
-  enum class Kind { Input, Param, Let, Output, Segments };
+  enum class Kind { Input, Param, Let, Output, Segments, Loss };
   Kind kind;
   Location loc;
   std::string name;
@@ -93,8 +93,15 @@ struct Stmt {
   Location domainLoc;
   /// Param: the default value, if any.
   std::optional<double> defaultValue;
-  /// Let, Output, Segments: the defining expression.
+  /// Let, Output, Segments, Loss: the defining expression.
   ExprPtr value;
+  /// Loss: `name` is the input it is differentiated by; the optional mask
+  /// (the elements that count) and the aggregation mode as written.
+  ExprPtr mask;
+  std::string aggregation;
+  Location aggregationLoc;
+  /// Loss: options that are unknown, repeated or of the wrong form.
+  std::vector<std::pair<std::string, Location>> badOptions;
   /// Filled by Sema: the declared type (Input, Param, Output) or the type of
   /// the value (Let).
   Type type;
@@ -116,6 +123,9 @@ struct Import {
 struct Estimator {
   Location loc;
   std::string name;
+  /// Declared with `objective` (a loss and its gradient) instead of
+  /// `estimator`.
+  bool isObjective = false;
   std::vector<Import> imports;
   std::vector<Stmt> stmts;
 };

@@ -29,6 +29,11 @@ enum class Builtin {
   Clip,
   Select,
   Float,
+  // Objectives: stop-gradient and the KL estimators of (logp, logp_ref).
+  StopGrad,
+  KlK1,
+  KlK2,
+  KlK3,
   // Inside a sequence.
   Next,
   Prev,
@@ -94,6 +99,13 @@ std::optional<Builtin> lookupBuiltin(llvm::StringRef name);
 
 /// True for the built-ins that read the grouping input.
 bool usesGroups(Builtin b);
+
+/// The aggregation modes of an objective's token loss (docs/language.md),
+/// in the order of their codes (the `aggregation` parameter).
+extern const char *const kAggregationModes[4];
+
+/// The code of an aggregation mode, or -1.
+int aggregationCode(llvm::StringRef mode);
 
 /// Resolves names, checks types and domains and annotates the AST in place.
 /// Reports every error through the context's diagnostic engine.

@@ -31,8 +31,13 @@ namespace cac {
 /// Fails, never crashes, on an operation it does not support (naming the
 /// operation and its location), on a batch input that is missing, and on a
 /// parameter without a value (cac::resolveParams).
-llvm::Expected<std::vector<OutputArray>> runEager(mlir::ModuleOp module,
-                                                  const Batch &batch);
+///
+/// With `autograd`, the module must be an objective: its gradient output
+/// `grad_<wrt>` is then computed by LibTorch autograd of the eager forward
+/// pass (the derivative of the sum of the `loss` output) instead of by the
+/// compiler's gradient operations, the reference they are tested against.
+llvm::Expected<std::vector<OutputArray>>
+runEager(mlir::ModuleOp module, const Batch &batch, bool autograd = false);
 
 } // namespace cac
 

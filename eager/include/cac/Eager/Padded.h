@@ -73,8 +73,10 @@ struct PaddedOutput {
 
 /// Runs the estimator of `module` on a padded batch whose arrays have the
 /// estimator's dtype (eagerDtype).
+/// With `autograd`, see runEager.
 llvm::Expected<std::vector<PaddedOutput>>
-runEagerPadded(mlir::ModuleOp module, const PaddedBatch &batch);
+runEagerPadded(mlir::ModuleOp module, const PaddedBatch &batch,
+               bool autograd = false);
 
 /// Packs padded outputs back: token outputs to [N] (row major by sequence).
 std::vector<OutputArray> unpadOutputs(const PaddedBatch &batch,

@@ -61,7 +61,8 @@ def Cac_UnaryKind : I32EnumAttr<"UnaryKind", "elementwise unary operation", [
     I32EnumAttrCase<"Sigmoid", 5, "sigmoid">,
     I32EnumAttrCase<"Not", 6, "not">,
     I32EnumAttrCase<"Floor", 7, "floor">,
-    I32EnumAttrCase<"Ceil", 8, "ceil">]> {
+    I32EnumAttrCase<"Ceil", 8, "ceil">,
+    I32EnumAttrCase<"StopGrad", 9, "stop_gradient">]> {
   let cppNamespace = "::cac::ir";
   let genSpecializedAttr = 0;
 }
