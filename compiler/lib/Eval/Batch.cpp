@@ -427,6 +427,10 @@ double cac::objectiveNormalizer(const ObjectiveInfo &info, int aggregation,
       n += c;
     return n;
   }
+  // seq-mean-token-sum-norm (Dr. GRPO, verl): sum_i sum_t w l / L, the 1 / L
+  // applied in the kernel; no 1 / B.
+  if (aggregation == 3)
+    return 1.0;
   return double(numSeqs);
 }
 

@@ -100,6 +100,10 @@ private:
       child.genStmt(st);
     for (auto &kv : child.outputs)
       symbols[e.qualifier + "." + kv.first().str()] = kv.second;
+    // The importer reads the imported parameters as `alias_param`.
+    for (const Stmt &st : imp->module->stmts)
+      if (st.kind == Stmt::Kind::Param)
+        symbols[e.qualifier + "_" + st.name] = child.symbols.lookup(st.name);
     return symbols.lookup(key);
   }
 
@@ -212,7 +216,8 @@ private:
   /// with c = 1 / loss_count of the sequence for "seq-mean-token-mean",
   /// 1 / norm_len for "seq-mean-token-sum-norm" and 1 otherwise. The host
   /// divides both by the batch's sum of loss_count ("token-mean", and every
-  /// seq loss) or by the number of sequences (docs/language.md).
+  /// seq loss), by the number of sequences (the other seq-mean modes) or by 1
+  /// ("seq-mean-token-sum-norm"), cac::objectiveNormalizer.
   void genLoss(const Stmt &s, Location l) {
     Value wrt = symbols.lookup(s.name);
     cir::Domain d = repr(s.type.domain);
