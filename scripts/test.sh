@@ -10,10 +10,14 @@ scripts/build.sh
 BUILD=${CAC_BUILD_DIR:-build}
 status=0
 (cd "$BUILD" && ctest --output-on-failure -j"$(nproc)") || status=1
-# Every stdlib method against the independent Python reference, both backends.
-methods=$(for f in stdlib/*.cac; do basename "$f" .cac; done | paste -sd, -)
+# Every stdlib estimator against the independent Python reference, both
+# backends; every stdlib objective's compiled gradient against LibTorch
+# autograd and the reference, in every aggregation mode.
+methods=$(for f in $(grep -l '^estimator ' stdlib/*.cac); do basename "$f" .cac; done | paste -sd, -)
 for backend in cpu eager; do
   python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$methods" \
     --backend "$backend" --seeds 1-6 --max-len 4096 --stdlib stdlib || status=1
 done
+python3 test/reference/check_objective.py --cac "$BUILD/bin/cac" --seeds 1-3 \
+  --max-len 512 || status=1
 exit $status

@@ -20,6 +20,7 @@ estimators are checked by check_eval.py). Each number must satisfy
 """
 
 import argparse
+import concurrent.futures
 import json
 import math
 import os
@@ -158,7 +159,9 @@ def main():
     ap.add_argument("--seeds", default="1-6")
     ap.add_argument("--max-len", type=int, default=64)
     ap.add_argument("--tol", type=float, default=1e-9)
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     args = ap.parse_args()
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs)
     names = list(WRT) if args.objective == "all" else args.objective.split(",")
     lo, _, hi = args.seeds.partition("-")
     seeds = range(int(lo), int(hi or lo) + 1)
@@ -177,10 +180,11 @@ def main():
                 for mode in modes:
                     tag = f"{name} seed={seed} aggregation={mode or 'seq-mean'}"
                     try:
-                        outs = {k: run(args.cac, path, be, gr, (mode, bpath))
-                                for k, (be, gr) in {"cpu": ("cpu", "compiled"),
-                                                    "eager": ("eager", "compiled"),
-                                                    "autograd": ("eager", "autograd")}.items()}
+                        ways = {"cpu": ("cpu", "compiled"), "eager": ("eager", "compiled"),
+                                "autograd": ("eager", "autograd")}
+                        futs = {k: pool.submit(run, args.cac, path, be, gr, (mode, bpath))
+                                for k, (be, gr) in ways.items()}
+                        outs = {k: f.result() for k, f in futs.items()}
                     except Exception as e:  # noqa: BLE001
                         print(f"FAIL {tag}: {e}")
                         failed += 1
