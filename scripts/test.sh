@@ -20,4 +20,9 @@ for backend in cpu eager; do
 done
 python3 test/reference/check_objective.py --cac "$BUILD/bin/cac" --seeds 1-3 \
   --max-len 512 || status=1
+# Observation tokens (tool output): estimators and objectives see the actions only.
+for backend in cpu eager; do
+  python3 test/reference/check_obs.py --cac "$BUILD/bin/cac" --backend "$backend" \
+    --seeds 1-3 || status=1
+done
 exit $status

@@ -49,9 +49,10 @@ llvm::Expected<Batch> cac::parseBatchJson(llvm::StringRef text,
   for (auto &kv : *root) {
     llvm::StringRef k = kv.first;
     if (k != "params" && k != "token" && k != "seq" && k != "tree" &&
-        k != "seg")
+        k != "seg" && k != "obs")
       return fail(file, "unknown member \"" + k +
-                            "\"; expected params, token, seq, seg or tree");
+                            "\"; expected params, token, seq, seg, tree or "
+                            "obs");
   }
   Batch b;
   std::optional<std::vector<int64_t>> lengths;
@@ -296,6 +297,42 @@ llvm::Expected<Batch> cac::parseBatchJson(llvm::StringRef text,
     b.seqOffsets.push_back(b.seqOffsets.back() + int32_t((*lengths)[r]));
   }
   b.numTokens = b.seqOffsets.back();
+  if (Value *ov = root->get("obs")) {
+    Array *rows = ov->getAsArray();
+    if (!rows || int64_t(rows->size()) != b.numSeqs)
+      return fail(file, llvm::formatv("\"obs\" must be an array of {0} rows "
+                                      "(one per sequence) of 0/1 flags",
+                                      b.numSeqs)
+                            .str());
+    for (int64_t r = 0; r < b.numSeqs; ++r) {
+      Array *row = (*rows)[r].getAsArray();
+      int64_t len = b.seqOffsets[r + 1] - b.seqOffsets[r];
+      if (!row || int64_t(row->size()) != len)
+        return fail(file, llvm::formatv("obs[{0}] must have one flag per "
+                                        "token of sequence {0} ({1})",
+                                        r, len)
+                              .str());
+      int64_t actions = 0;
+      for (size_t i = 0; i < row->size(); ++i) {
+        auto bv = (*row)[i].getAsBoolean();
+        auto d = (*row)[i].getAsNumber();
+        if (!bv && !(d && (*d == 0 || *d == 1)))
+          return fail(file, llvm::formatv("obs[{0}][{1}] must be 0 or 1 "
+                                          "(1: an observation token)",
+                                          r, i)
+                                .str());
+        bool o = bv ? *bv : *d == 1;
+        b.obs.push_back(o);
+        actions += !o;
+      }
+      if (actions == 0)
+        return fail(file, llvm::formatv("sequence {0} has only observation "
+                                        "tokens; every sequence needs at "
+                                        "least one action token",
+                                        r)
+                              .str());
+    }
+  }
   if (!parents.empty() || !nodeRows.empty()) {
     b.numNodes = int64_t(parents.size());
     for (int64_t p : parents)
@@ -416,6 +453,52 @@ llvm::Error cac::checkSegmentCounts(const Batch &b,
     }
   }
   return llvm::Error::success();
+}
+
+Batch cac::actionsOnly(const Batch &full) {
+  if (full.obs.empty())
+    return full;
+  Batch b = full;
+  b.obs.clear();
+  auto keep = [&](const std::vector<double> &v) {
+    std::vector<double> out;
+    for (int64_t t = 0; t < full.numTokens; ++t)
+      if (!full.obs[t])
+        out.push_back(v[t]);
+    return out;
+  };
+  for (auto &kv : b.token)
+    kv.second = keep(full.token.lookup(kv.first()));
+  if (!full.tokenNode.empty()) {
+    b.tokenNode.clear();
+    for (int64_t t = 0; t < full.numTokens; ++t)
+      if (!full.obs[t])
+        b.tokenNode.push_back(full.tokenNode[t]);
+  }
+  b.seqOffsets.assign(1, 0);
+  for (int64_t s = 0; s < full.numSeqs; ++s) {
+    int32_t n = 0;
+    for (int32_t t = full.seqOffsets[s]; t < full.seqOffsets[s + 1]; ++t)
+      n += !full.obs[t];
+    b.seqOffsets.push_back(b.seqOffsets.back() + n);
+  }
+  b.numTokens = b.seqOffsets.back();
+  return b;
+}
+
+void cac::expandToFull(const Batch &full, std::vector<OutputArray> &outputs) {
+  if (full.obs.empty())
+    return;
+  for (OutputArray &o : outputs) {
+    if (o.domain != "token" && o.domain != "seg")
+      continue;
+    std::vector<double> v(full.numTokens, 0.0);
+    size_t k = 0;
+    for (int64_t t = 0; t < full.numTokens; ++t)
+      if (!full.obs[t])
+        v[t] = o.values[k++];
+    o.values = std::move(v);
+  }
 }
 
 double cac::objectiveNormalizer(const ObjectiveInfo &info, int aggregation,

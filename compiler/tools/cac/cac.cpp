@@ -223,6 +223,13 @@ int realMain() {
         return fail("--param expects NAME=NUMBER, got '" + p + "'");
       batch->params[name.str()] = v;
     }
+    // Observation tokens: the estimator runs on the actions only, and its
+    // token outputs are put back with 0 on the observations.
+    cac::Batch fullBatch;
+    if (!batch->obs.empty()) {
+      fullBatch = std::move(*batch);
+      *batch = cac::actionsOnly(fullBatch);
+    }
     // An objective: its aggregation mode (a parameter, with the file's mode
     // as its default) and, for "seq-mean-token-sum-norm" without norm_len,
     // the longest sequence of the batch as the normaliser's length.
@@ -312,6 +319,10 @@ int realMain() {
       if (!s)
         return fail(llvm::toString(s.takeError()));
       summary = *s;
+    }
+    if (!fullBatch.obs.empty()) {
+      cac::expandToFull(fullBatch, outputs);
+      *batch = std::move(fullBatch);
     }
     return writeOutput(cac::formatOutputsJson(*batch, outputs, summary)) ? 0
                                                                          : 1;

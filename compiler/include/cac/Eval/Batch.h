@@ -43,6 +43,10 @@ struct Batch {
   int64_t numNodes = 0;
   /// Parameters given in the file or on the command line.
   std::map<std::string, double> params;
+  /// Observation tokens ("obs" in the JSON; empty when there are none): 1
+  /// for a token that is part of the sequence but not an action (tool
+  /// output in a multi-turn rollout), packed like the token arrays.
+  std::vector<uint8_t> obs;
 
   int64_t numGroups() const { return int64_t(groupIds.size()); }
 };
@@ -50,6 +54,18 @@ struct Batch {
 /// Parses the JSON batch `text` (from `fileName`, for messages).
 llvm::Expected<Batch> parseBatchJson(llvm::StringRef text,
                                      llvm::StringRef fileName);
+
+/// The batch without its observation tokens: every token array, the tree's
+/// token nodes and the sequence offsets keep only the action tokens (and
+/// `obs` is empty). The estimator runs on this batch, so its scans, shifts,
+/// positions and lengths see the actions only: a recurrence carries across
+/// an observation unchanged (docs/language.md, "Observation tokens").
+Batch actionsOnly(const Batch &batch);
+
+struct OutputArray;
+/// Puts outputs computed on actionsOnly(full) back on the tokens of `full`:
+/// token (and by-token seg) outputs are 0 on observation tokens.
+void expandToFull(const Batch &full, std::vector<OutputArray> &outputs);
 
 /// One output array of an estimator.
 struct OutputArray {

@@ -1,0 +1,142 @@
+#!/usr/bin/env python3
+"""Observation tokens: an estimator sees the actions only.
+
+    check_obs.py --cac build/bin/cac [--backend cpu|eager] [--seeds 1-4] [--max-len 256]
+
+For each stdlib file and seed it draws a random batch of action tokens (cacref's generator),
+then inserts random observation tokens (tool output, with arbitrary values in every token
+array) at random places and marks them in "obs". `cac eval` of the batch with observations
+must print, on the action tokens, exactly what it prints for the batch without them, 0 on the
+observation tokens, the same seq/group/node/seg values and objective, and segment starts
+moved to the tokens' original positions. Exit status 1 on a mismatch.
+"""
+
+import argparse
+import json
+import os
+import random
+import subprocess
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import cacref  # noqa: E402
+import check_objective  # noqa: E402
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+METHODS = ["gae", "sae", "grpo", "spo_chain", "sapo", "spo_tree", "vineppo"]
+OBJECTIVES = ["ppo_clip", "sapo_loss", "gspo"]
+
+
+def with_observations(batch, rng):
+    """(batch with observation tokens, where[b] = full positions of the actions)."""
+    out = json.loads(json.dumps(batch))
+    rows = next(iter(batch["token"].values())) if batch.get("token") else batch["tree"]["node"]
+    where, obs = [], []
+    for b, row in enumerate(rows):
+        n, flags, pos = len(row), [], []
+        for t in range(n):
+            while rng.random() < 0.25:  # runs of observation tokens, anywhere
+                flags.append(1)
+            pos.append(len(flags))
+            flags.append(0)
+        while rng.random() < 0.2:
+            flags.append(1)
+        where.append(pos)
+        obs.append(flags)
+
+    def spread(row, pos, flags, fill):
+        full, k = [], 0
+        for t, f in enumerate(flags):
+            if f:
+                full.append(fill(full, t))
+            else:
+                full.append(row[k])
+                k += 1
+        return full
+
+    for name, arr in batch.get("token", {}).items():
+        out["token"][name] = [spread(r, where[b], obs[b], lambda full, t: rng.uniform(-5, 5))
+                              for b, r in enumerate(arr)]
+    if "tree" in batch:
+        # An observation belongs to the node of the action before it (or after, at the start).
+        rows_n = batch["tree"]["node"]
+        out["tree"]["node"] = [spread(r, where[b], obs[b],
+                                      lambda full, t, r=r: full[-1] if full else r[0])
+                               for b, r in enumerate(rows_n)]
+    out["obs"] = obs
+    return out, where, obs
+
+
+def run(cac, path, batch_path, backend):
+    p = subprocess.run([cac, "eval", path, "--input", batch_path, "--backend", backend],
+                       capture_output=True, text=True, timeout=600)
+    if p.returncode != 0:
+        raise RuntimeError(p.stderr.strip()[-400:])
+    return json.loads(p.stdout)
+
+
+def check(plain, full, where, obs):
+    errors = []
+    for name, rows in plain.get("token", {}).items():
+        for b, row in enumerate(rows):
+            got = full["token"][name][b]
+            want = [0.0] * len(obs[b])
+            for k, t in enumerate(where[b]):
+                want[t] = row[k]
+            if got != want:
+                errors.append(f"token.{name}[{b}]")
+    for dom in ("seq", "group", "node", "seg", "groups", "objective"):
+        if plain.get(dom) != full.get(dom):
+            errors.append(dom)
+    if "segments" in plain:
+        moved = [[where[b][s] for s in row] for b, row in enumerate(plain["segments"])]
+        if moved != full.get("segments"):
+            errors.append("segments")
+    return errors
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cac", required=True)
+    ap.add_argument("--backend", default="cpu")
+    ap.add_argument("--seeds", default="1-4")
+    ap.add_argument("--max-len", type=int, default=256)
+    args = ap.parse_args()
+    lo, _, hi = args.seeds.partition("-")
+    passed = failed = 0
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in METHODS + OBJECTIVES:
+            for seed in range(int(lo), int(hi or lo) + 1):
+                rng = random.Random(f"check-obs:{name}:{seed}")
+                if name in METHODS:
+                    plain_b = cacref.random_batch(name, seed, args.max_len)
+                else:
+                    plain_b = check_objective.batch_for(name, seed, args.max_len)
+                full_b, where, obs = with_observations(plain_b, rng)
+                paths = []
+                for tag, b in (("plain", plain_b), ("full", full_b)):
+                    paths.append(os.path.join(tmp, f"{name}-{seed}-{tag}.json"))
+                    with open(paths[-1], "w") as f:
+                        json.dump(b, f)
+                src = os.path.join(REPO, "stdlib", name + ".cac")
+                try:
+                    plain = run(args.cac, src, paths[0], args.backend)
+                    full = run(args.cac, src, paths[1], args.backend)
+                    errors = check(plain, full, where, obs)
+                except Exception as e:  # noqa: BLE001
+                    errors = [str(e)]
+                n_obs = sum(sum(r) for r in obs)
+                tag = f"{name} seed={seed} backend={args.backend} observations={n_obs}"
+                if errors:
+                    failed += 1
+                    print(f"FAIL {tag}: " + ", ".join(errors[:8]))
+                else:
+                    passed += 1
+                    print(f"PASS {tag}")
+    print(f"{passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
