@@ -669,7 +669,9 @@ def agg_coefficients(weights, mode, norm_len=0):
     token-mean           sum w*l / sum w                      (0 if sum w = 0)
     seq-mean-token-mean  (1/B) sum_i (sum_t w*l / sum_t w)    (a sequence with sum w = 0 adds 0)
     seq-mean-token-sum   (1/B) sum_i sum_t w*l
-    seq-mean-token-sum-norm  sum_i sum_t w*l / L, L = norm_len or the longest sequence."""
+    seq-mean-token-sum-norm  (1/B) sum_i sum_t w*l / L, L = norm_len or the longest sequence
+        (Dr. GRPO's constant length with GRPO's 1/G; current verl divides each sequence's sum
+        by its loss_scale_factor and then takes the seq-mean; verl before that had no 1/B)."""
     B = len(weights)
     if mode == "token-mean":
         W = math.fsum(math.fsum(r) for r in weights)
@@ -684,7 +686,7 @@ def agg_coefficients(weights, mode, norm_len=0):
         return [[w / B for w in r] for r in weights]
     if mode == "seq-mean-token-sum-norm":
         L = norm_len if norm_len > 0 else max(len(r) for r in weights)
-        return [[w / L for w in r] for r in weights]
+        return [[w / (B * L) for w in r] for r in weights]
     raise RefError(f"unknown aggregation mode {mode}")
 
 

@@ -510,10 +510,9 @@ double cac::objectiveNormalizer(const ObjectiveInfo &info, int aggregation,
       n += c;
     return n;
   }
-  // seq-mean-token-sum-norm (Dr. GRPO, verl): sum_i sum_t w l / L, the 1 / L
-  // applied in the kernel; no 1 / B.
-  if (aggregation == 3)
-    return 1.0;
+  // The seq-mean modes; seq-mean-token-sum-norm's 1 / L is applied in the
+  // kernel: (1/B) sum_i sum_t w l / L, as the trainer (Objective.cpp) and
+  // current verl (seq_losses / loss_scale_factor, then the seq-mean).
   return double(numSeqs);
 }
 

@@ -216,8 +216,8 @@ private:
   /// with c = 1 / loss_count of the sequence for "seq-mean-token-mean",
   /// 1 / norm_len for "seq-mean-token-sum-norm" and 1 otherwise. The host
   /// divides both by the batch's sum of loss_count ("token-mean", and every
-  /// seq loss), by the number of sequences (the other seq-mean modes) or by 1
-  /// ("seq-mean-token-sum-norm"), cac::objectiveNormalizer.
+  /// seq loss) or by the number of sequences (the seq-mean modes),
+  /// cac::objectiveNormalizer.
   void genLoss(const Stmt &s, Location l) {
     Value wrt = symbols.lookup(s.name);
     cir::Domain d = repr(s.type.domain);

@@ -92,10 +92,9 @@ struct ObjectiveInfo {
 /// The aggregation of an objective's loss: the scalar loss is
 /// sum(loss) / normalizer and the gradient grad_<wrt> / normalizer, where
 /// the normalizer is the sum of loss_count over the (mini)batch for
-/// "token-mean" (code 0) and for a seq loss, the number of sequences for
-/// "seq-mean-token-mean" and "seq-mean-token-sum" (codes 1, 2), and 1 for
-/// "seq-mean-token-sum-norm" (code 3, whose 1 / norm_len the kernel applies;
-/// verl's agg_loss). docs/language.md, Objectives.
+/// "token-mean" (code 0) and for a seq loss, and the number of sequences for
+/// the seq-mean modes (codes 1-3; "seq-mean-token-sum-norm"'s 1 / norm_len
+/// is applied by the kernel). docs/language.md, Objectives.
 double objectiveNormalizer(const ObjectiveInfo &info, int aggregation,
                            const std::vector<double> &lossCount,
                            int64_t numSeqs);

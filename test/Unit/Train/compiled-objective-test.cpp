@@ -1,0 +1,97 @@
+//===- compiled-objective-test.cpp - stdlib/ppo_clip.cac as the loss -----===//
+//
+// The compiled objective's loss and gradient, put on the model's tensor by
+// CompiledObjective::surrogate, equal LibTorch autograd of the trainer's own
+// C++ PPO loss (Objective.cpp) in every aggregation mode.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cac/Runtime/Train/CompiledObjective.h"
+#include "cac/Runtime/Train/Objective.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+using namespace cac::rt;
+using namespace cac::rt::train;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string bundleDir() {
+  return (fs::path(CAC_TEST_TRAIN_BUNDLES) / "ppo_clip").string();
+}
+
+class CompiledObjectiveTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    if (!fs::exists(fs::path(bundleDir()) / "manifest.json"))
+      GTEST_SKIP() << "no compiled stdlib/ppo_clip.cac bundle";
+  }
+};
+
+TEST_F(CompiledObjectiveTest, MatchesAutogradOfTheTrainersPpoLoss) {
+  CompiledObjective obj(Bundle::load(bundleDir()));
+  EXPECT_EQ(obj.wrt(), "logp_new");
+  EXPECT_FALSE(obj.seqLoss());
+  at::manual_seed(7);
+  std::vector<int64_t> lengths = {5, 1, 17, 3, 9};
+  int64_t N = 0;
+  std::vector<int64_t> seqOf;
+  for (size_t b = 0; b < lengths.size(); ++b)
+    for (int64_t t = 0; t < lengths[b]; ++t, ++N)
+      seqOf.push_back(int64_t(b));
+  PackedBatch batch = PackedBatch::fromLengths(lengths);
+  at::Tensor tokenSeq = at::tensor(seqOf, at::kLong);
+  at::Tensor logp = -at::rand({N}, at::kFloat) * 3;
+  at::Tensor adv = at::randn({N}, at::kFloat);
+  // Ratios between about 0.6 and 1.6: both sides of the clip occur.
+  at::Tensor base = logp + (at::rand({N}, at::kFloat) - 0.5);
+  const Aggregation modes[] = {Aggregation::TokenMean,
+                               Aggregation::SeqMeanTokenMean,
+                               Aggregation::SeqMeanTokenSum,
+                               Aggregation::SeqMeanTokenSumNorm};
+  int clippedSomewhere = 0;
+  for (int code = 0; code < 4; ++code) {
+    const double normLen = 24;
+    // The trainer's C++ loss and autograd.
+    at::Tensor x1 = base.clone().requires_grad_(true);
+    at::Tensor ratio = at::exp(x1 - logp);
+    at::Tensor f = clippedSurrogate(ratio, adv, 0.2, 0.28);
+    at::Tensor want = -aggregate(f, tokenSeq, int64_t(lengths.size()),
+                                 modes[code], normLen);
+    want.backward();
+    // The compiled objective.
+    at::Tensor x2 = base.clone().requires_grad_(true);
+    auto r = obj.run({{"logp_new", x2.detach()}, {"logp", logp}, {"adv", adv}},
+                     batch,
+                     {{"eps_high", 0.28},
+                      {"aggregation", double(code)},
+                      {"norm_len", normLen}});
+    at::Tensor got = CompiledObjective::surrogate(x2, r);
+    got.backward();
+    EXPECT_NEAR(got.item<double>(), want.item<double>(), 1e-5) << code;
+    EXPECT_TRUE(at::allclose(x2.grad(), x1.grad(), 1e-4, 1e-6))
+        << "aggregation " << code << "\n"
+        << (x2.grad() - x1.grad()).abs().max();
+    clippedSomewhere += (x1.grad() == 0).sum().item<int>();
+  }
+  EXPECT_GT(clippedSomewhere, 0); // the clip cut some gradients
+}
+
+TEST_F(CompiledObjectiveTest, RejectsAnEstimator) {
+  fs::path grpo = fs::path(CAC_TEST_TRAIN_BUNDLES) / "grpo";
+  if (!fs::exists(grpo / "manifest.json"))
+    GTEST_SKIP();
+  try {
+    CompiledObjective obj(Bundle::load(grpo.string()));
+    FAIL() << "an estimator was accepted as an objective";
+  } catch (const BundleError &e) {
+    EXPECT_NE(std::string(e.what()).find("is not an objective"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+} // namespace
