@@ -573,7 +573,7 @@ def eval_sapo(b, p):
             w[t] = 1.0
         weight.append(w)
         segments.append(starts)
-    return _output(b, token={"adv": adv, "ret": ret, "weight": weight}, seg={"adv": seg_adv},
+    return _output(b, token={"adv": adv, "ret": ret, "value_weight": weight}, seg={"adv": seg_adv},
                    segments=segments)
 
 
@@ -609,7 +609,7 @@ METHODS = {
                 [("token", "adv")], [("node", "adv")]),
     "sapo": (eval_sapo, {"gamma": 1.0, "lambda": 0.99, "k_percent": 30, "v_at_end": 0},
              {"token": ["entropy", "value"], "seq": ["reward"]},
-             [("token", "adv"), ("token", "ret"), ("token", "weight"), ("segments", None)],
+             [("token", "adv"), ("token", "ret"), ("token", "value_weight"), ("segments", None)],
              [("seg", "adv")]),
 }
 

@@ -491,7 +491,7 @@ def sapo_11_9_segments_and_advantages():
             close(out["token"]["ret"][0], R.from_segments(rhat, starts, 10), what="Rhat")
         assert out["segments"] == [starts]
         pos = ends if v_at_end else starts
-        assert out["token"]["weight"][0] == [1.0 if t in pos else 0.0 for t in range(10)]
+        assert out["token"]["value_weight"][0] == [1.0 if t in pos else 0.0 for t in range(10)]
     a, _, _, _ = R.sapo_seq(H19, V19, 1.0, lam=0.9)
     vseg = [V19[s] for s in starts]
     close(vseg, [0.40, 0.45, 0.60, 0.70], what="Vseg paper")

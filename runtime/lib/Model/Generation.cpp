@@ -300,17 +300,21 @@ int64_t Decoder::step(at::Generator &gen) {
     s.logprobs.push_back(lp[i]);
     s.entropies.push_back(ent[i]);
     finishChecks(active[i]);
-    if (s.finished())
-      cacheRow_[active[i]] = -1;
-    else
+    if (s.finished()) {
+      if (!options_.retainFinished)
+        cacheRow_[active[i]] = -1;
+    } else {
       still.push_back(active[i]);
+    }
   }
   if (still.empty() || !cached_)
     return static_cast<int64_t>(still.size());
 
   auto dev = model_->device();
-  // Drop finished rows from the cache once they are half of it.
-  if (static_cast<int64_t>(still.size()) * 2 <= cache_.batchSize()) {
+  // Drop finished rows from the cache once they are half of it (unless they
+  // are retained for forkAt()).
+  if (!options_.retainFinished &&
+      static_cast<int64_t>(still.size()) * 2 <= cache_.batchSize()) {
     std::vector<int64_t> keep;
     int64_t remaining = 0;
     for (int64_t r : still) {

@@ -45,6 +45,22 @@ at::Tensor aggregate(const at::Tensor &x, const at::Tensor &tokenSeq,
   return x.mean();
 }
 
+at::Tensor aggregateMasked(const at::Tensor &x, const at::Tensor &weight,
+                           const at::Tensor &tokenSeq, int64_t numSeqs,
+                           Aggregation mode, double normLength) {
+  if (weight.sizes() != x.sizes())
+    throw std::invalid_argument("aggregateMasked: x and weight differ in size");
+  at::Tensor xw = x * weight;
+  if (mode != Aggregation::TokenMean || x.size(0) == 0)
+    return aggregate(xw, tokenSeq, numSeqs, mode, normLength);
+  return xw.sum() / weight.sum().clamp_min(1.0);
+}
+
+at::Tensor bceLoss(const at::Tensor &prob, const at::Tensor &target) {
+  at::Tensor v = prob.clamp(1e-6, 1.0 - 1e-6);
+  return -(target * at::log(v) + (1.0 - target) * at::log(1.0 - v)).mean();
+}
+
 at::Tensor klEstimate(const at::Tensor &logp, const at::Tensor &logpRef,
                       KlSpec::Kind kind) {
   at::Tensor d = logp - logpRef;
@@ -70,6 +86,13 @@ at::Tensor whiten(const at::Tensor &x) {
   if (x.numel() < 2)
     return x - x.mean();
   return (x - x.mean()) / at::sqrt(x.var() + 1e-8);
+}
+
+at::Tensor whitenMasked(const at::Tensor &x, const at::Tensor &weight) {
+  at::Tensor sel = x.masked_select(weight != 0);
+  if (sel.numel() < 2)
+    return sel.numel() == 1 ? x - sel.mean() : x;
+  return (x - sel.mean()) / at::sqrt(sel.var() + 1e-8);
 }
 
 } // namespace cac::rt::train

@@ -46,6 +46,20 @@ std::string Value::spelling() const {
   return {};
 }
 
+const char *RolloutSpec::kindName() const {
+  switch (kind) {
+  case Kind::Group:
+    return "group";
+  case Kind::Chain:
+    return "chain";
+  case Kind::Tree:
+    return "tree";
+  case Kind::Forest:
+    return "forest";
+  }
+  return "group";
+}
+
 const char *aggregationName(Aggregation a) {
   switch (a) {
   case Aggregation::TokenMean:
@@ -942,20 +956,120 @@ bool parseCritic(Checker &c, const Value &v, CriticSpec &cr) {
 
 bool parseRollout(Checker &c, const Value &v, RolloutSpec &r) {
   r.loc = v.loc;
-  if (!isCall(v, "group")) {
-    c.expected(v, "'rollout'",
-               "group(n = .., temperature = .., top_p = .., top_k = .., "
-               "max_tokens = ..)");
+  static const char *forms =
+      "group(n = .., temperature = .., top_p = .., top_k = .., max_tokens = "
+      "..), chain(n = .., samples = .., ...), tree(branches = \"4-2-2\", "
+      "seg_len = .., ...) or forest(n = .., trees = .., tau = .., children = "
+      ".., ...)";
+  std::vector<std::string> common = {"temperature", "top_p", "top_k",
+                                     "max_tokens"};
+  auto with = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), common.begin(), common.end());
+    return extra;
+  };
+  std::vector<std::string> known;
+  if (isCall(v, "group")) {
+    r.kind = RolloutSpec::Kind::Group;
+    known = with({"n"});
+  } else if (isCall(v, "chain")) {
+    r.kind = RolloutSpec::Kind::Chain;
+    known = with({"n", "samples"});
+  } else if (isCall(v, "tree")) {
+    r.kind = RolloutSpec::Kind::Tree;
+    known = with({"branches", "seg_len"});
+  } else if (isCall(v, "forest")) {
+    r.kind = RolloutSpec::Kind::Forest;
+    known = with({"n", "trees", "children", "tau", "tau_step", "tau_min",
+                  "delimiters"});
+  } else {
+    c.expected(v, "'rollout'", forms);
     return false;
   }
-  Args a(c, v, {"n", "temperature", "top_p", "top_k", "max_tokens"});
+  Args a(c, v, known);
   a.integer("n", r.n, 1, 4096);
   a.num("temperature", r.temperature, 0.0, 100.0, true);
   a.num("top_p", r.topP, 0.0, 1.0, true);
   a.integer("top_k", r.topK, 0, 1 << 30);
   a.integer("max_tokens", r.maxTokens, 1, 1 << 20);
-  return a.ok();
+  a.integer("samples", r.samples, 1, 1024);
+  a.integer("seg_len", r.segLen, 1, 1 << 20);
+  a.integer("trees", r.trees, 1, 4096);
+  a.integer("children", r.children, 2, 64);
+  a.num("tau", r.tau, 0.0, 100.0);
+  a.num("tau_step", r.tauStep, 0.0, 100.0);
+  a.num("tau_min", r.tauMin, 0.0, 100.0);
+  bool ok = a.ok();
+  if (r.kind == RolloutSpec::Kind::Tree) {
+    // Branch factors in the papers' notation: "6-6-6".
+    std::string spec;
+    if (!a.require("branches"))
+      return false;
+    a.str("branches", spec);
+    if (!a.ok())
+      return false;
+    const Value &bv = *a.get("branches");
+    r.branches.clear();
+    std::string part;
+    int64_t leaves = 1;
+    auto flush = [&]() {
+      if (part.empty() || part.size() > 4 ||
+          part.find_first_not_of("0123456789") != std::string::npos ||
+          std::stoll(part) < 1) {
+        c.diag().error(bv.loc, "'branches' of 'tree' must be positive "
+                               "integers separated by '-' (e.g. \"6-6-6\"), "
+                               "got \"" + spec + "\"");
+        return false;
+      }
+      r.branches.push_back(std::stoll(part));
+      leaves *= r.branches.back();
+      part.clear();
+      return true;
+    };
+    for (char ch : spec) {
+      if (ch == '-') {
+        if (!flush())
+          return false;
+      } else {
+        part += ch;
+      }
+    }
+    if (!flush())
+      return false;
+    if (r.branches.size() > 16 || leaves > 4096) {
+      c.diag().error(bv.loc, "'branches' of 'tree': at most 16 depths and "
+                             "4096 leaves per prompt, got \"" + spec + "\"");
+      return false;
+    }
+  }
+  if (r.kind == RolloutSpec::Kind::Forest) {
+    if (r.n % r.trees != 0) {
+      const Value *tv = a.get("trees");
+      c.diag().error(tv ? tv->loc : v.loc,
+                     "'n' of 'forest' (" + std::to_string(r.n) +
+                         " leaves per prompt) must be a multiple of 'trees' (" +
+                         std::to_string(r.trees) + ")");
+      ok = false;
+    }
+    std::string delims;
+    a.str("delimiters", delims);
+    // Several delimiters are separated by '|' ("." and "\n" are one each).
+    r.delimiters.clear();
+    size_t from = 0;
+    while (!delims.empty() && from <= delims.size()) {
+      size_t bar = delims.find('|', from);
+      std::string d = delims.substr(
+          from, bar == std::string::npos ? std::string::npos : bar - from);
+      if (!d.empty())
+        r.delimiters.push_back(d);
+      if (bar == std::string::npos)
+        break;
+      from = bar + 1;
+    }
+    ok = ok && a.ok();
+  }
+  return ok;
 }
+
 
 bool parseObjective(Checker &c, const Value &v, ObjectiveSpec &o) {
   o.loc = v.loc;
@@ -1188,7 +1302,12 @@ std::optional<TrainConfig> buildTrainConfig(const TrainBlock &block,
 
   // Cross-field checks.
   if (!diag.hasErrors()) {
-    int64_t batch = cfg.prompts * cfg.rollout.n;
+    // Sequences per step: a tree has at least branches[0] leaves a prompt.
+    int64_t perPrompt = cfg.rollout.kind == RolloutSpec::Kind::Tree &&
+                                !cfg.rollout.branches.empty()
+                            ? cfg.rollout.branches.front()
+                            : cfg.rollout.n;
+    int64_t batch = cfg.prompts * perPrompt;
     if (cfg.minibatches > batch)
       diag.error(cfg.locOf("minibatches"),
                  "minibatches (" + std::to_string(cfg.minibatches) +

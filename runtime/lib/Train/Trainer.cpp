@@ -13,6 +13,7 @@
 #include "cac/Runtime/Model/Transformer.h"
 #include "cac/Runtime/Train/Metrics.h"
 #include "cac/Runtime/Train/Objective.h"
+#include "cac/Runtime/Train/Rollouts.h"
 #include "cac/Runtime/Train/TwoOperandTask.h"
 
 #include <torch/nn/utils/clip_grad.h>
@@ -62,15 +63,6 @@ std::string fmt(const char *f, double v) {
   std::snprintf(buf, sizeof buf, f, v);
   return buf;
 }
-
-/// One generated response and what the loss needs of it.
-struct Rollout {
-  std::vector<int64_t> prompt, response;
-  std::vector<float> logp, entropy;
-  double reward = 0;
-  bool correct = false;
-  int64_t group = 0;
-};
 
 /// Right-padded [b, L] ids of prompt + response rows, and where each
 /// response token's logp / value sits in the model's [b, L-1] outputs.
@@ -171,6 +163,12 @@ struct Trainer::Impl {
   ParamMap params;
   Domain advDomain = Domain::Token;
   bool hasRet = false;
+  /// The estimator's extra inputs/outputs (Rollouts.h, docs/training.md):
+  /// a seq-level `value` (SPPO's prompt critic, BCE), a `mc_value : seg`
+  /// (chain plan), a token `weight` masking the policy loss, a token
+  /// `value_weight` masking the value loss.
+  bool promptCritic = false, readsMc = false, hasWeight = false,
+       hasValueWeight = false;
 
   std::unique_ptr<torch::optim::AdamW> optimizer;
   std::vector<double> baseLr;
@@ -324,14 +322,16 @@ struct Trainer::Impl {
         {"p_old", Domain::Token}, {"entropy", Domain::Token},
         {"value", Domain::Token}, {"logp_ref", Domain::Token},
         {"reward", Domain::Seq},  {"group", Domain::Seq},
-        {"length", Domain::Seq}};
+        {"length", Domain::Seq},  {"value", Domain::Seq},
+        {"mc_value", Domain::Seg}, {"newline", Domain::Token}};
     bool readsValue = false;
     for (const auto &b : m.buffers) {
       if (b.role != BufferRole::Input)
         continue;
-      auto it = std::find_if(provided.begin(), provided.end(),
-                             [&](const auto &p) { return p.first == b.name; });
-      if (it == provided.end() || it->second != b.domain) {
+      auto it = std::find_if(provided.begin(), provided.end(), [&](const auto &p) {
+        return p.first == b.name && p.second == b.domain;
+      });
+      if (it == provided.end()) {
         std::string list;
         for (const auto &p : provided)
           list += (list.empty() ? "" : ", ") + p.first + " : " +
@@ -343,8 +343,12 @@ struct Trainer::Impl {
                        list + ")");
         ok = false;
       }
-      if (b.name == "value")
+      if (b.name == "value") {
         readsValue = true;
+        promptCritic = b.domain == Domain::Seq;
+      }
+      if (b.name == "mc_value")
+        readsMc = true;
       if (b.name == "logp_ref")
         needReference = true;
     }
@@ -363,6 +367,15 @@ struct Trainer::Impl {
     int ret = m.findBuffer("ret");
     hasRet = ret >= 0 && m.buffers[ret].role == BufferRole::Output &&
              m.buffers[ret].domain == Domain::Token;
+    auto tokenOutput = [&](const char *name) {
+      int i = m.findBuffer(name);
+      return i >= 0 && m.buffers[i].role == BufferRole::Output &&
+             m.buffers[i].domain == Domain::Token;
+    };
+    hasWeight = tokenOutput("weight");
+    hasValueWeight = tokenOutput("value_weight");
+    if (!checkPlan(diag, m))
+      ok = false;
     SourceLoc criticLoc =
         cfg.critic.loc.valid() ? cfg.critic.loc : cfg.estimator.loc;
     if (readsValue && cfg.critic.kind == CriticSpec::Kind::None) {
@@ -377,7 +390,7 @@ struct Trainer::Impl {
                                 "critic = none");
       ok = false;
     }
-    if (readsValue && !hasRet) {
+    if (readsValue && !hasRet && !promptCritic) {
       diag.error(cfg.estimator.loc,
                  "estimator '" + m.estimator +
                      "' reads 'value' but has no token output 'ret' to "
@@ -385,6 +398,17 @@ struct Trainer::Impl {
       ok = false;
     }
     return ok;
+  }
+
+  bool checkPlan(DiagnosticEngine &diag, const Manifest &m) {
+    std::string err =
+        planMismatch(cfg.rollout, m.estimator, readsMc, m.needsTree,
+                     cfg.critic.kind != CriticSpec::Kind::None);
+    if (err.empty())
+      return true;
+    diag.error(cfg.rollout.loc.valid() ? cfg.rollout.loc : cfg.estimator.loc,
+               err);
+    return false;
   }
 
   bool prepare(DiagnosticEngine &diag) {
@@ -723,6 +747,202 @@ struct Trainer::Impl {
     return gatherResponse(model->valueHead(h), pd);
   }
 
+  /// What the estimator and the loss need of a set of rollouts, packed.
+  struct RolloutTensors {
+    Padded all;
+    at::Tensor oldLogp, entropy;
+    /// Token critic: V(S_t) per token; prompt critic (SPPO): the success
+    /// probability sigmoid(V) read before the first response token, per
+    /// sequence.
+    at::Tensor oldValues;
+    at::Tensor refLogp;
+  };
+
+  RolloutTensors rolloutTensors(const std::vector<Rollout> &rolls) {
+    RolloutTensors rt;
+    std::vector<const Rollout *> ptrs;
+    std::vector<const std::vector<float> *> lp, en;
+    for (const Rollout &r : rolls) {
+      ptrs.push_back(&r);
+      lp.push_back(&r.logp);
+      en.push_back(&r.entropy);
+    }
+    if (rolls.empty())
+      return rt;
+    rt.all = padRollouts(ptrs, padId);
+    rt.oldLogp = packFloats(lp);
+    rt.entropy = packFloats(en);
+    torch::NoGradGuard ng;
+    if (cfg.critic.kind == CriticSpec::Kind::ValueHead)
+      rt.oldValues = values(policy, rt.all);
+    else if (critic) {
+      critic->eval();
+      rt.oldValues = values(critic, rt.all);
+    }
+    if (promptCritic && rt.oldValues.defined()) {
+      std::vector<int64_t> first;
+      int64_t pos = 0;
+      for (const Rollout &r : rolls) {
+        first.push_back(pos);
+        pos += static_cast<int64_t>(r.response.size());
+      }
+      rt.oldValues = at::sigmoid(
+          rt.oldValues.index_select(0, at::tensor(first, at::kLong)));
+    }
+    if (needReference)
+      rt.refLogp = gatherResponse(
+          tokenLogProbs(reference->forward(rt.all.ids, rt.all.mask),
+                        rt.all.ids, cfg.rollout.temperature),
+          rt.all);
+    return rt;
+  }
+
+  /// Runs the estimator bundle on \p rolls; \p plan supplies the chain
+  /// plan's `mc_value` and the tree plans' node structure.
+  TensorMap runEstimator(const std::vector<Rollout> &rolls,
+                         const RolloutTensors &rt, const RolloutBatch &plan) {
+    std::vector<int64_t> lengths, groups;
+    std::vector<float> rewards, newline;
+    for (const Rollout &r : rolls) {
+      lengths.push_back(static_cast<int64_t>(r.response.size()));
+      groups.push_back(r.group);
+      rewards.push_back(static_cast<float>(r.reward));
+    }
+    PackedBatch batch = PackedBatch::fromLengths(lengths);
+    batch.setGroups(at::tensor(groups, at::kLong));
+    if (bundle->manifest().needsTree) {
+      std::vector<int64_t> tn;
+      for (const auto &t : plan.tokenNode)
+        tn.insert(tn.end(), t.begin(), t.end());
+      batch.setTree(at::tensor(plan.nodeParent, at::kLong),
+                    at::tensor(tn, at::kLong));
+    }
+    TensorMap inputs;
+    for (const auto &b : bundle->manifest().buffers) {
+      if (b.role != BufferRole::Input)
+        continue;
+      if (b.name == "logp" || b.name == "logp_old")
+        inputs[b.name] = rt.oldLogp;
+      else if (b.name == "p_old")
+        inputs[b.name] = rt.oldLogp.exp();
+      else if (b.name == "entropy")
+        inputs[b.name] = rt.entropy;
+      else if (b.name == "value")
+        inputs[b.name] = rt.oldValues;
+      else if (b.name == "logp_ref")
+        inputs[b.name] = rt.refLogp;
+      else if (b.name == "reward")
+        inputs[b.name] = at::tensor(rewards, at::kFloat);
+      else if (b.name == "group")
+        inputs[b.name] = at::tensor(groups, at::kLong);
+      else if (b.name == "length")
+        inputs[b.name] = at::tensor(lengths, at::kLong);
+      else if (b.name == "newline")
+        inputs[b.name] = newlineFlags(rolls);
+      else if (b.name == "mc_value")
+        inputs[b.name] =
+            plan.mcValue.empty()
+                ? at::zeros({rt.oldLogp.size(0)}, at::kFloat)
+                : at::tensor(plan.mcValue, at::kFloat);
+    }
+    try {
+      return estimator->run(inputs, batch, params);
+    } catch (const std::exception &e) {
+      throw TrainError(std::string("running the estimator: ") + e.what());
+    }
+  }
+
+  /// 1 on response tokens whose text holds a line break (VinePPO's steps).
+  at::Tensor newlineFlags(const std::vector<Rollout> &rolls) const {
+    std::vector<float> f;
+    for (const Rollout &r : rolls)
+      for (int64_t id : r.response) {
+        std::string text;
+        try {
+          text = tokenizer->decode({id}, /*skipSpecialTokens=*/true);
+        } catch (const std::exception &) {
+        }
+        f.push_back(text.find('\n') != std::string::npos ? 1.0f : 0.0f);
+      }
+    return at::tensor(f, at::kFloat);
+  }
+
+  /// The segment starts the estimator picks for \p rolls (its `_seg_start`
+  /// output, with zero MC values: the segmentation must not read them).
+  std::vector<std::vector<int64_t>>
+  segmentStarts(const std::vector<Rollout> &rolls) {
+    RolloutTensors rt = rolloutTensors(rolls);
+    TensorMap outs = runEstimator(rolls, rt, RolloutBatch{});
+    std::vector<std::vector<int64_t>> starts(rolls.size());
+    auto it = outs.find("_seg_start");
+    at::Tensor ss;
+    if (it != outs.end())
+      ss = it->second.to(at::kFloat).contiguous();
+    int64_t off = 0;
+    const float *sp = ss.defined() ? ss.data_ptr<float>() : nullptr;
+    for (size_t i = 0; i < rolls.size(); ++i) {
+      int64_t T = static_cast<int64_t>(rolls[i].response.size());
+      for (int64_t t = 0; t < T; ++t)
+        if (sp ? sp[off + t] != 0.0f : t == 0)
+          starts[i].push_back(t);
+      off += T;
+    }
+    return starts;
+  }
+
+  RolloutBatch sampleRollouts(const std::vector<Problem> &problems,
+                              const std::vector<std::vector<int64_t>> &prompts,
+                              int64_t rlIndex) {
+    PlanContext ctx;
+    ctx.model = policy;
+    ctx.options = samplingOptions(false);
+    ctx.tokenizer = tokenizer.get();
+    ctx.gen = &sampleGen;
+    ctx.reward = [&](int64_t g, const std::string &text) {
+      return reward(problems.at(static_cast<size_t>(g)), text);
+    };
+    const RolloutSpec &r = cfg.rollout;
+    switch (r.kind) {
+    case RolloutSpec::Kind::Chain:
+      return sampleChain(ctx, prompts, r, [&](const std::vector<Rollout> &x) {
+        return segmentStarts(x);
+      });
+    case RolloutSpec::Kind::Tree:
+      return sampleTree(ctx, prompts, r);
+    case RolloutSpec::Kind::Forest:
+      return sampleForest(
+          ctx, prompts, r,
+          // The threshold decays by tau_step per RL step down to tau_min
+          // (a floor above tau does not raise it).
+          std::max(std::min(r.tauMin, r.tau),
+                   r.tau - static_cast<double>(rlIndex) * r.tauStep));
+    case RolloutSpec::Kind::Group:
+      break;
+    }
+    return sampleGroups(ctx, prompts, r.n);
+  }
+
+  /// Token accounting of the step's plan (docs/training.md).
+  void addPlanStats(json &row, const PlanStats &st) const {
+    if (cfg.rollout.kind == RolloutSpec::Kind::Group)
+      return;
+    row["tokens_computed"] = st.tokensComputed;
+    row["tokens_flattened"] = st.tokensFlattened;
+    row["compute_ratio"] = st.tokensFlattened > 0
+                               ? static_cast<double>(st.tokensComputed) /
+                                     static_cast<double>(st.tokensFlattened)
+                               : 0.0;
+    row["tokens_sampled"] = st.tokensSampled;
+    row["tokens_flattened_response"] = st.tokensFlattenedResponse;
+    row["sample_ratio"] =
+        st.tokensFlattenedResponse > 0
+            ? static_cast<double>(st.tokensSampled) /
+                  static_cast<double>(st.tokensFlattenedResponse)
+            : 0.0;
+    row["plan_nodes"] = st.nodes;
+    row["plan_leaves"] = st.leaves;
+  }
+
   json rlStep(int64_t rlIndex) {
     auto t0 = Clock::now();
     json row = {{"step", step + 1}, {"phase", "rl"}, {"rl_step", rlIndex + 1}};
@@ -730,7 +950,7 @@ struct Trainer::Impl {
 
     // 1. Rollouts.
     auto tg = Clock::now();
-    const int64_t P = cfg.prompts, n = cfg.rollout.n, B = P * n;
+    const int64_t P = cfg.prompts;
     std::vector<Problem> problems;
     std::vector<std::vector<int64_t>> prompts;
     for (int64_t i = 0; i < P; ++i) {
@@ -740,102 +960,70 @@ struct Trainer::Impl {
       prompts.push_back(encodePrompt(problems.back()));
     }
     policy->eval();
-    std::vector<GeneratedSequence> gen = generate(
-        policy, prompts, samplingOptions(false), sampleGen, tokenizer.get(), n);
-    std::vector<Rollout> rolls(B);
-    std::vector<const Rollout *> ptrs;
+    RolloutBatch plan = sampleRollouts(problems, prompts, rlIndex);
+    std::vector<Rollout> &rolls = plan.rolls;
+    int64_t B = static_cast<int64_t>(rolls.size());
     double rewardSum = 0, correct = 0, entSum = 0;
     int64_t tokens = 0;
-    for (int64_t i = 0; i < B; ++i) {
-      Rollout &r = rolls[i];
-      const GeneratedSequence &g = gen[i];
-      r.prompt = g.prompt;
-      r.response = g.tokens;
-      r.logp = g.logprobs;
-      r.entropy = g.entropies;
-      r.group = i / n;
-      r.reward = reward(problems[r.group], g.text);
-      r.correct = r.reward >= 1.0;
+    for (const Rollout &r : rolls) {
       rewardSum += r.reward;
       correct += r.correct ? 1 : 0;
       for (float e : r.entropy)
         entSum += e;
       tokens += static_cast<int64_t>(r.response.size());
-      ptrs.push_back(&r);
     }
+    const int64_t numPaths = B;
+    addPlanStats(row, plan.stats);
     double timeGen = seconds(tg);
 
     // Rollout-time values and reference log-probabilities.
-    Padded all = padRollouts(ptrs, padId);
-    std::vector<const std::vector<float> *> lp, en;
-    for (const Rollout &r : rolls)
-      lp.push_back(&r.logp), en.push_back(&r.entropy);
-    at::Tensor oldLogp = packFloats(lp), entropy = packFloats(en);
-    at::Tensor oldValues, refLogp;
-    {
-      torch::NoGradGuard ng;
-      if (cfg.critic.kind == CriticSpec::Kind::ValueHead)
-        oldValues = values(policy, all);
-      else if (critic) {
-        critic->eval();
-        oldValues = values(critic, all);
-      }
-      if (needReference)
-        refLogp =
-            gatherResponse(tokenLogProbs(reference->forward(all.ids, all.mask),
-                                         all.ids, cfg.rollout.temperature),
-                           all);
-    }
+    RolloutTensors rt = rolloutTensors(rolls);
 
     // 2. The estimator.
     auto te = Clock::now();
-    std::vector<int64_t> lengths, groups;
-    std::vector<float> rewards;
-    for (const Rollout &r : rolls) {
-      lengths.push_back(static_cast<int64_t>(r.response.size()));
-      groups.push_back(r.group);
-      rewards.push_back(static_cast<float>(r.reward));
-    }
-    PackedBatch batch = PackedBatch::fromLengths(lengths);
-    batch.setGroups(at::tensor(groups, at::kLong));
-    TensorMap inputs;
-    for (const auto &b : bundle->manifest().buffers) {
-      if (b.role != BufferRole::Input)
-        continue;
-      if (b.name == "logp" || b.name == "logp_old")
-        inputs[b.name] = oldLogp;
-      else if (b.name == "p_old")
-        inputs[b.name] = oldLogp.exp();
-      else if (b.name == "entropy")
-        inputs[b.name] = entropy;
-      else if (b.name == "value")
-        inputs[b.name] = oldValues;
-      else if (b.name == "logp_ref")
-        inputs[b.name] = refLogp;
-      else if (b.name == "reward")
-        inputs[b.name] = at::tensor(rewards, at::kFloat);
-      else if (b.name == "group")
-        inputs[b.name] = at::tensor(groups, at::kLong);
-      else if (b.name == "length")
-        inputs[b.name] = at::tensor(lengths, at::kLong);
-    }
-    TensorMap outs;
-    try {
-      outs = estimator->run(inputs, batch, params);
-    } catch (const std::exception &e) {
-      throw TrainError(std::string("running the estimator: ") + e.what());
-    }
+    TensorMap outs = runEstimator(rolls, rt, plan);
     at::Tensor adv = outs.at("adv").to(at::kFloat);
     if (advDomain == Domain::Seq)
-      adv = adv.index_select(0, all.tokenSeq);
-    at::Tensor ret;
+      adv = adv.index_select(0, rt.all.tokenSeq);
+    at::Tensor ret, weight, valueWeight;
     if (hasRet && outs.count("ret"))
       ret = outs.at("ret").to(at::kFloat);
+    if (hasWeight)
+      weight = outs.at("weight").to(at::kFloat);
+    if (hasValueWeight)
+      valueWeight = outs.at("value_weight").to(at::kFloat);
+    if (cfg.rollout.kind == RolloutSpec::Kind::Tree) {
+      // SPO-tree trains each node once, on its own history: the paths'
+      // per-token outputs become per-node samples (filtered by weight).
+      auto toVec = [](const at::Tensor &t) {
+        at::Tensor c = t.contiguous();
+        return std::vector<float>(c.data_ptr<float>(),
+                                  c.data_ptr<float>() + c.numel());
+      };
+      std::vector<std::vector<float>> per = {toVec(adv)}, sampled;
+      if (weight.defined())
+        per.push_back(toVec(weight));
+      std::vector<Rollout> nodes = nodeSamples(
+          plan, per, weight.defined() ? per.back() : std::vector<float>{},
+          sampled);
+      rolls = std::move(nodes);
+      B = static_cast<int64_t>(rolls.size());
+      adv = at::tensor(sampled[0], at::kFloat);
+      if (weight.defined())
+        weight = at::tensor(sampled[1], at::kFloat);
+      rt = rolloutTensors(rolls);
+      row["node_samples"] = B;
+    }
+    std::vector<int64_t> lengths;
+    for (const Rollout &r : rolls)
+      lengths.push_back(static_cast<int64_t>(r.response.size()));
+    at::Tensor oldLogp = rt.oldLogp, oldValues = rt.oldValues,
+               refLogp = rt.refLogp;
     double timeEst = seconds(te);
-    row["adv_mean"] = adv.mean().item<double>();
+    row["adv_mean"] = adv.numel() > 0 ? adv.mean().item<double>() : 0.0;
     row["adv_std"] = adv.numel() > 1 ? adv.std().item<double>() : 0.0;
     if (cfg.whiten)
-      adv = whiten(adv);
+      adv = weight.defined() ? whitenMasked(adv, weight) : whiten(adv);
 
     // Token offsets of each rollout in the packed arrays.
     std::vector<int64_t> offsets(B + 1, 0);
@@ -851,12 +1039,13 @@ struct Trainer::Impl {
     if (critic)
       critic->train();
     const double normLen = static_cast<double>(cfg.rollout.maxTokens);
-    for (int64_t epoch = 0; epoch < cfg.epochs; ++epoch) {
+    // A tree step may keep fewer node samples than minibatches (or none).
+    const int64_t M = std::min<int64_t>(cfg.minibatches, B);
+    for (int64_t epoch = 0; epoch < cfg.epochs && B > 0; ++epoch) {
       at::Tensor perm = at::randperm(B, shuffleGen, at::kLong);
       auto pa = perm.accessor<int64_t, 1>();
-      for (int64_t mb = 0; mb < cfg.minibatches; ++mb) {
-        int64_t lo = B * mb / cfg.minibatches,
-                hi = B * (mb + 1) / cfg.minibatches;
+      for (int64_t mb = 0; mb < M; ++mb) {
+        int64_t lo = B * mb / M, hi = B * (mb + 1) / M;
         std::vector<const Rollout *> rows;
         std::vector<int64_t> tokIdx;
         for (int64_t k = lo; k < hi; ++k) {
@@ -877,7 +1066,10 @@ struct Trainer::Impl {
         at::Tensor f = clippedSurrogate(ratio, a, cfg.objective.epsLow,
                                         cfg.objective.epsHigh);
         at::Tensor pg =
-            -aggregate(f, pd.tokenSeq, nb, cfg.aggregation, normLen);
+            weight.defined()
+                ? -aggregateMasked(f, weight.index_select(0, ti), pd.tokenSeq,
+                                   nb, cfg.aggregation, normLen)
+                : -aggregate(f, pd.tokenSeq, nb, cfg.aggregation, normLen);
         at::Tensor loss = pg;
         if (cfg.kl.kind != KlSpec::Kind::None && cfg.kl.coef > 0) {
           at::Tensor kl = aggregate(
@@ -896,10 +1088,34 @@ struct Trainer::Impl {
           at::Tensor v = cfg.critic.kind == CriticSpec::Kind::ValueHead
                              ? gatherResponse(policy->valueHead(h), pd)
                              : values(critic, pd);
-          at::Tensor vl =
-              aggregate(valueLoss(v, oldValues.index_select(0, ti),
-                                  ret.index_select(0, ti), cfg.critic.clip),
-                        pd.tokenSeq, nb, cfg.aggregation, normLen);
+          at::Tensor vl;
+          if (promptCritic) {
+            // SPPO: V(prompt) is the success probability read before the
+            // first response token, trained by BCE to the reward.
+            std::vector<int64_t> first;
+            std::vector<float> target;
+            int64_t pos = 0;
+            for (const Rollout *r : rows) {
+              first.push_back(pos);
+              target.push_back(static_cast<float>(r->reward));
+              pos += static_cast<int64_t>(r->response.size());
+            }
+            vl = bceLoss(at::sigmoid(v.index_select(
+                             0, at::tensor(first, at::kLong))),
+                         at::tensor(target, at::kFloat));
+          } else if (valueWeight.defined()) {
+            // Only the positions the estimator marks (SAPO: segment
+            // boundaries) train the critic: a mean over them.
+            vl = aggregateMasked(
+                valueLoss(v, oldValues.index_select(0, ti),
+                          ret.index_select(0, ti), cfg.critic.clip),
+                valueWeight.index_select(0, ti), pd.tokenSeq, nb,
+                Aggregation::TokenMean, normLen);
+          } else {
+            vl = aggregate(valueLoss(v, oldValues.index_select(0, ti),
+                                     ret.index_select(0, ti), cfg.critic.clip),
+                           pd.tokenSeq, nb, cfg.aggregation, normLen);
+          }
           loss = loss + cfg.critic.coef * vl;
           vlSum += vl.item<double>();
         }
@@ -922,8 +1138,8 @@ struct Trainer::Impl {
     double timeUpd = seconds(tu);
     double u = static_cast<double>(std::max<int64_t>(updates, 1));
     double dt = seconds(t0);
-    row["reward_mean"] = rewardSum / static_cast<double>(B);
-    row["acc"] = correct / static_cast<double>(B);
+    row["reward_mean"] = rewardSum / static_cast<double>(numPaths);
+    row["acc"] = correct / static_cast<double>(numPaths);
     row["loss"] = lossSum / u;
     row["pg_loss"] = pgSum / u;
     if (cfg.critic.kind != CriticSpec::Kind::None)
@@ -935,7 +1151,8 @@ struct Trainer::Impl {
     row["ratio_mean"] = ratioSum / u;
     row["grad_norm"] = normSum / u;
     row["lr"] = lr;
-    row["response_len"] = static_cast<double>(tokens) / static_cast<double>(B);
+    row["response_len"] =
+        static_cast<double>(tokens) / static_cast<double>(numPaths);
     row["tokens_per_s"] = static_cast<double>(tokens) / dt;
     row["time_gen_s"] = timeGen;
     row["time_estimator_s"] = timeEst;

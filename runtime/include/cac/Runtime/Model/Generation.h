@@ -63,6 +63,11 @@ struct SamplingOptions {
   /// Recompute the whole prefix every step instead of using the KV cache
   /// (slow; a reference for tests and benchmarks).
   bool useCache = true;
+  /// Keep finished rows in the KV cache (masked, never compacted away) so
+  /// that forkAt() can branch from any of their earlier positions without
+  /// running the prefix again (chain Monte Carlo from a finished rollout).
+  /// Costs the memory of those rows. Read by step() and forkAt().
+  bool retainFinished = false;
   /// The id fed in padding slots (never attended to).
   int64_t padId = 0;
 };

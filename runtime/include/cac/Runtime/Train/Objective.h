@@ -35,6 +35,19 @@ at::Tensor clippedMask(const at::Tensor &ratio, const at::Tensor &adv,
 at::Tensor aggregate(const at::Tensor &x, const at::Tensor &tokenSeq,
                      int64_t numSeqs, Aggregation mode, double normLength = 1);
 
+/// aggregate() of \p x * \p weight, where token-mean divides by the sum of
+/// the weights instead of N (SPO's masked token-mean, estimators.md §0.2);
+/// the other modes keep their denominators. A batch whose weights are all
+/// zero gives 0 (with a zero gradient).
+at::Tensor aggregateMasked(const at::Tensor &x, const at::Tensor &weight,
+                           const at::Tensor &tokenSeq, int64_t numSeqs,
+                           Aggregation mode, double normLength);
+
+/// Mean binary cross-entropy -[R log v + (1 - R) log(1 - v)] of the success
+/// probabilities \p prob against the rewards \p target in [0, 1] (SPPO's
+/// critic loss); \p prob is clamped to [1e-6, 1 - 1e-6].
+at::Tensor bceLoss(const at::Tensor &prob, const at::Tensor &target);
+
 /// Per-token KL estimate of the current policy from the reference, with
 /// d = logp - logpRef: k1 = d; k3 = exp(-d) + d - 1 (d clamped to ±20 and k3
 /// to at most 10, as verl does).
@@ -48,6 +61,11 @@ at::Tensor valueLoss(const at::Tensor &values, const at::Tensor &oldValues,
 
 /// (x - mean) / sqrt(var + 1e-8) over all of \p x (unbiased variance).
 at::Tensor whiten(const at::Tensor &x);
+
+/// whiten() with the mean and variance taken over the tokens where
+/// \p weight is nonzero (SPO's code whitens over the masked tokens); applied
+/// to every token.
+at::Tensor whitenMasked(const at::Tensor &x, const at::Tensor &weight);
 
 } // namespace cac::rt::train
 

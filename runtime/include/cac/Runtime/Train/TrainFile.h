@@ -156,14 +156,34 @@ struct CriticSpec {
   SourceLoc loc;
 };
 
-/// How rollouts are generated: a group of n samples per prompt.
+/// How rollouts are generated (the rollout plan, Rollouts.h).
 struct RolloutSpec {
+  enum class Kind { Group, Chain, Tree, Forest };
+  Kind kind = Kind::Group;
+  /// group/chain: samples per prompt; forest: leaves per prompt (G).
   int64_t n = 8;
   double temperature = 1.0;
   double topP = 1.0;
   int64_t topK = 0;
   int64_t maxTokens = 16;
+  /// chain: Monte-Carlo continuations per segment start (N_mc).
+  int64_t samples = 4;
+  /// tree: children per node at each depth (W) and tokens per segment (M).
+  std::vector<int64_t> branches;
+  int64_t segLen = 8;
+  /// forest: trees per prompt, children per branch point, the entropy
+  /// threshold (tau at RL step s: max(min(tauMin, tau), tau - s * tauStep)),
+  /// and the
+  /// delimiters after each of which the first high-entropy position may
+  /// branch (empty: any high-entropy position may).
+  int64_t trees = 1;
+  int64_t children = 2;
+  double tau = 1.4, tauStep = 0.0, tauMin = 1.0;
+  std::vector<std::string> delimiters;
   SourceLoc loc;
+
+  /// "group", "chain", "tree" or "forest".
+  const char *kindName() const;
 };
 
 /// The clipped surrogate (estimators.md §0.2).

@@ -1,0 +1,187 @@
+//===- plans-trainer-test.cpp - Short runs of every rollout plan ----------===//
+//
+// Each of SAPO, SPPO (critics), SPO-chain (chain plan), SPO-tree (tree plan)
+// and TreeAdv (forest plan) trains two RL steps of a model of a few thousand
+// parameters: the run completes, logs finite losses, the critic's loss where
+// there is one, and the plan's token accounting (tree plans compute fewer
+// tokens than their flattened paths hold). Mismatches between the plan and
+// the estimator are diagnosed at the rollout field. Needs the stdlib bundles
+// (CMakeLists.txt); skips without them.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cac/Runtime/Train/Trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+
+using namespace cac::rt::train;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string bundlesDir() { return CAC_TEST_TRAIN_BUNDLES; }
+
+class PlansTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    if (bundlesDir().empty() ||
+        !fs::exists(fs::path(bundlesDir()) / "spo_tree" / "manifest.json"))
+      GTEST_SKIP() << "no compiled stdlib bundles (build with the compiler "
+                      "or set CAC_TEST_STDLIB_BUNDLES)";
+    dir_ = fs::temp_directory_path() /
+           ("cac-plans-test-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!dir_.empty())
+      fs::remove_all(dir_);
+  }
+
+  std::string source(const std::string &estimator, const std::string &critic,
+                     const std::string &rollout) const {
+    std::string est = (fs::path(bundlesDir()) / estimator).string();
+    return "train tiny {\n"
+           "  model = builtin(\"custom\", hidden = 16, layers = 1, heads = 2, "
+           "kv_heads = 1, ffn = 32, max_positions = 32)\n"
+           "  task = arith(min_level = 1, max_level = 1)\n"
+           "  estimator = bundle(\"" +
+           est + "\")\n  critic = " + critic + "\n  rollout = " + rollout +
+           "\n  prompts = 3\n  minibatches = 2\n"
+           "  warm_start = sft(steps = 2, batch = 4, lr = 1e-2)\n"
+           "  steps = 2\n  eval = greedy(every = 0, size = 4)\n"
+           "  threads = 1\n  seed = 3\n}\n";
+  }
+
+  TrainConfig config(const std::string &src) {
+    fs::path file = dir_ / "train.cac";
+    std::ofstream(file) << src;
+    std::string errors;
+    auto cfg = loadTrainFile(file, errors);
+    EXPECT_TRUE(cfg) << errors;
+    cfg->out = dir_ / "out";
+    return *cfg;
+  }
+
+  std::vector<json> run(const std::string &src) {
+    TrainConfig cfg = config(src);
+    TrainerOptions opts;
+    opts.progress = false;
+    opts.verbose = false;
+    Trainer t(cfg, opts);
+    DiagnosticEngine diag(cfg.file.string(), "");
+    EXPECT_TRUE(t.prepare(diag)) << diag.render();
+    t.run();
+    std::vector<json> rl;
+    for (const json &r : t.metrics())
+      if (r["phase"] == "rl")
+        rl.push_back(r);
+    EXPECT_EQ(rl.size(), 2u);
+    for (const json &r : rl)
+      EXPECT_TRUE(std::isfinite(r["loss"].get<double>())) << r.dump();
+    return rl;
+  }
+
+  std::string diagnose(const std::string &src) {
+    TrainConfig cfg = config(src);
+    TrainerOptions opts;
+    opts.progress = false;
+    opts.verbose = false;
+    Trainer t(cfg, opts);
+    DiagnosticEngine diag(cfg.file.string(), "");
+    EXPECT_FALSE(t.prepare(diag));
+    return diag.render();
+  }
+
+  fs::path dir_;
+};
+
+} // namespace
+
+TEST_F(PlansTest, SapoTrainsItsCriticAtTheMarkedPositions) {
+  for (const json &r :
+       run(source("sapo", "value_head(coef = 0.5)",
+                  "group(n = 2, max_tokens = 4)")))
+    EXPECT_GT(r["value_loss"].get<double>(), 0.0);
+}
+
+TEST_F(PlansTest, SppoTrainsAPromptCriticWithBce) {
+  for (const json &r : run(source("sppo", "value_head(coef = 0.5)",
+                                  "group(n = 1, max_tokens = 4)"))) {
+    // BCE of a probability: positive, and near log 2 for a fresh head.
+    EXPECT_GT(r["value_loss"].get<double>(), 0.0);
+    EXPECT_LT(r["value_loss"].get<double>(), 5.0);
+  }
+}
+
+TEST_F(PlansTest, ChainEstimatesMonteCarloValues) {
+  for (const json &r : run(source("spo_chain", "none",
+                                  "chain(n = 2, samples = 2, max_tokens = 4)"))) {
+    EXPECT_GE(r["plan_nodes"].get<int64_t>(), 6); // >= 1 MC state a rollout
+    EXPECT_GT(r["tokens_computed"].get<int64_t>(), 0);
+    EXPECT_LT(r["tokens_computed"].get<int64_t>(),
+              r["tokens_flattened"].get<int64_t>());
+  }
+}
+
+TEST_F(PlansTest, TreeTrainsNodeSamples) {
+  for (const json &r :
+       run(source("spo_tree", "none",
+                  "tree(branches = \"2-2-2\", seg_len = 1, max_tokens = 4)"))) {
+    EXPECT_LT(r["tokens_computed"].get<int64_t>(),
+              r["tokens_flattened"].get<int64_t>());
+    EXPECT_LT(r["compute_ratio"].get<double>(), 1.0);
+    EXPECT_TRUE(r.contains("node_samples"));
+  }
+}
+
+TEST_F(PlansTest, ForestTrainsFlattenedPaths) {
+  for (const json &r :
+       run(source("treeadv", "none",
+                  "forest(n = 4, trees = 1, tau = 0, max_tokens = 4)"))) {
+    EXPECT_EQ(r["plan_leaves"].get<int64_t>(), 12);
+    EXPECT_LT(r["sample_ratio"].get<double>(), 1.0);
+  }
+}
+
+TEST_F(PlansTest, PlanEstimatorMismatchesAreDiagnosed) {
+  std::string e = diagnose(
+      source("grpo", "none", "chain(n = 2, samples = 2, max_tokens = 4)"));
+  EXPECT_NE(e.find(":6:13: error: rollout = chain(...) samples Monte-Carlo"),
+            std::string::npos)
+      << e;
+  e = diagnose(source("spo_chain", "none", "group(n = 2, max_tokens = 4)"));
+  EXPECT_NE(e.find("reads the segment input 'mc_value': set rollout = chain"),
+            std::string::npos)
+      << e;
+  e = diagnose(source("spo_tree", "none", "group(n = 2, max_tokens = 4)"));
+  EXPECT_NE(e.find("reads the rollout tree: set rollout = tree"),
+            std::string::npos)
+      << e;
+  e = diagnose(source("grpo", "none",
+                      "tree(branches = \"2-2\", seg_len = 2, max_tokens = 4)"));
+  EXPECT_NE(e.find("builds a rollout tree, which estimator 'grpo' does not"),
+            std::string::npos)
+      << e;
+}
+
+TEST_F(PlansTest, BadBranchFactorsAreDiagnosed) {
+  fs::path file = dir_ / "bad.cac";
+  std::ofstream(file) << source("spo_tree", "none",
+                                "tree(branches = \"2-x\", seg_len = 2)");
+  std::string errors;
+  EXPECT_FALSE(loadTrainFile(file, errors));
+  EXPECT_NE(errors.find("'branches' of 'tree' must be positive integers"),
+            std::string::npos)
+      << errors;
+  std::ofstream(file) << source("treeadv", "none",
+                                "forest(n = 5, trees = 2)");
+  EXPECT_FALSE(loadTrainFile(file, errors));
+  EXPECT_NE(errors.find("must be a multiple of 'trees'"), std::string::npos)
+      << errors;
+}
