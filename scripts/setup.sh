@@ -8,7 +8,7 @@ PKGS=(
   llvm-19-dev libmlir-19-dev mlir-19-tools llvm-19-tools
   antlr4 libantlr4-runtime-dev default-jre-headless
   libfmt-dev nlohmann-json3-dev libgtest-dev
-  libtorch-dev libopenblas0-pthread libpng-dev
+  libtorch-dev libgloo-dev libopenblas0-pthread libpng-dev
   clang-19 libclang-rt-19-dev
 )
 missing=()

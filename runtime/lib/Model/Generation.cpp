@@ -26,8 +26,13 @@ at::Generator makeGenerator(uint64_t seed) {
   return at::detail::createCPUGenerator(seed);
 }
 
-SampledTokens sampleTokens(const at::Tensor &logitsIn,
-                           const SamplingOptions &options, at::Generator &gen) {
+namespace {
+
+/// sampleTokens with the uniforms drawn by \p draw(B) ([B, 1] float, CPU),
+/// called only when a row is sampled (not greedy, B > 0).
+SampledTokens sampleTokensWith(const at::Tensor &logitsIn,
+                               const SamplingOptions &options,
+                               const std::function<at::Tensor(int64_t)> &draw) {
   if (logitsIn.dim() != 2)
     throw std::runtime_error("sampleTokens: logits must be [B, V]");
   int64_t B = logitsIn.size(0), V = logitsIn.size(1);
@@ -63,7 +68,7 @@ SampledTokens sampleTokens(const at::Tensor &logitsIn,
     }
     // Inverse-CDF sampling with one CPU uniform per row: deterministic from
     // the generator on any device.
-    at::Tensor u = at::rand({B, 1}, gen, at::kFloat).to(p.device());
+    at::Tensor u = draw(B).to(p.device());
     at::Tensor cdf = p.cumsum(-1);
     at::Tensor target = u * cdf.narrow(-1, V - 1, 1);
     at::Tensor idx = at::searchsorted(cdf, target, /*out_int32=*/false,
@@ -85,6 +90,25 @@ SampledTokens sampleTokens(const at::Tensor &logitsIn,
   at::Tensor chosenLogp = logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1);
   return {tokens.to(at::kCPU, at::kLong), chosenLogp.to(at::kCPU),
           entropy.to(at::kCPU)};
+}
+
+} // namespace
+
+SampledTokens sampleTokens(const at::Tensor &logits,
+                           const SamplingOptions &options, at::Generator &gen) {
+  return sampleTokensWith(logits, options, [&](int64_t B) {
+    return at::rand({B, 1}, gen, at::kFloat);
+  });
+}
+
+SampledTokens sampleTokens(const at::Tensor &logits,
+                           const SamplingOptions &options,
+                           const at::Tensor &uniforms) {
+  if (uniforms.dim() != 1 || uniforms.size(0) != logits.size(0))
+    throw std::runtime_error("sampleTokens: uniforms must be [B]");
+  return sampleTokensWith(logits, options, [&](int64_t B) {
+    return uniforms.to(at::kCPU, at::kFloat).view({B, 1});
+  });
 }
 
 Decoder::Decoder(TransformerLM model, SamplingOptions options,
@@ -279,6 +303,23 @@ void Decoder::finishChecks(int64_t row) {
 }
 
 int64_t Decoder::step(at::Generator &gen) {
+  return stepWith([&](const at::Tensor &logits, const std::vector<int64_t> &) {
+    return sampleTokens(logits, options_, gen);
+  });
+}
+
+int64_t Decoder::step(const RowUniforms &uniforms) {
+  return stepWith(
+      [&](const at::Tensor &logits, const std::vector<int64_t> &active) {
+        std::vector<float> u(active.size());
+        for (size_t i = 0; i < active.size(); ++i)
+          u[i] = uniforms(active[i],
+                          static_cast<int64_t>(rows_[active[i]].tokens.size()));
+        return sampleTokens(logits, options_, at::tensor(u, at::kFloat));
+      });
+}
+
+int64_t Decoder::stepWith(const Sampler &sample) {
   if (!started_)
     throw std::runtime_error("Decoder: step() before start()");
   std::vector<int64_t> active;
@@ -289,7 +330,7 @@ int64_t Decoder::step(at::Generator &gen) {
     return 0;
   torch::NoGradGuard noGrad;
   at::Tensor logits = logitsFor(active);
-  SampledTokens sampled = sampleTokens(logits, options_, gen);
+  SampledTokens sampled = sample(logits, active);
   auto tok = sampled.tokens.accessor<int64_t, 1>();
   auto lp = sampled.logprobs.accessor<float, 1>();
   auto ent = sampled.entropies.accessor<float, 1>();
@@ -343,6 +384,12 @@ int64_t Decoder::step(at::Generator &gen) {
 void Decoder::run(at::Generator &gen, int64_t maxSteps) {
   for (int64_t i = 0; maxSteps < 0 || i < maxSteps; ++i)
     if (step(gen) == 0)
+      break;
+}
+
+void Decoder::run(const RowUniforms &uniforms, int64_t maxSteps) {
+  for (int64_t i = 0; maxSteps < 0 || i < maxSteps; ++i)
+    if (step(uniforms) == 0)
       break;
 }
 
@@ -471,16 +518,20 @@ at::Tensor Decoder::nextTokenLogits() {
   return out;
 }
 
+namespace {
+
+template <typename Source>
 std::vector<GeneratedSequence>
-generate(TransformerLM model, const std::vector<std::vector<int64_t>> &prompts,
-         const SamplingOptions &options, at::Generator &gen,
-         const Tokenizer *tokenizer, int64_t samplesPerPrompt) {
+generateWith(TransformerLM model,
+             const std::vector<std::vector<int64_t>> &prompts,
+             const SamplingOptions &options, Source &source,
+             const Tokenizer *tokenizer, int64_t samplesPerPrompt) {
   if (samplesPerPrompt < 1)
     throw std::runtime_error("generate: samplesPerPrompt must be >= 1");
   Decoder base(std::move(model), options, tokenizer);
   base.start(prompts);
   if (samplesPerPrompt == 1) {
-    base.run(gen);
+    base.run(source);
     return base.sequences();
   }
   std::vector<int64_t> rows;
@@ -488,8 +539,26 @@ generate(TransformerLM model, const std::vector<std::vector<int64_t>> &prompts,
     for (int64_t k = 0; k < samplesPerPrompt; ++k)
       rows.push_back(static_cast<int64_t>(p));
   Decoder d = base.fork(rows);
-  d.run(gen);
+  d.run(source);
   return d.sequences();
+}
+
+} // namespace
+
+std::vector<GeneratedSequence>
+generate(TransformerLM model, const std::vector<std::vector<int64_t>> &prompts,
+         const SamplingOptions &options, at::Generator &gen,
+         const Tokenizer *tokenizer, int64_t samplesPerPrompt) {
+  return generateWith(std::move(model), prompts, options, gen, tokenizer,
+                      samplesPerPrompt);
+}
+
+std::vector<GeneratedSequence>
+generate(TransformerLM model, const std::vector<std::vector<int64_t>> &prompts,
+         const SamplingOptions &options, const RowUniforms &uniforms,
+         const Tokenizer *tokenizer, int64_t samplesPerPrompt) {
+  return generateWith(std::move(model), prompts, options, uniforms, tokenizer,
+                      samplesPerPrompt);
 }
 
 } // namespace cac::rt

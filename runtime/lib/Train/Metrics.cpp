@@ -121,6 +121,8 @@ void MetricsLog::rewrite() {
 
 void MetricsLog::append(const json &row) {
   rows_.push_back(row);
+  if (dir_.empty())
+    return;
   // Appends are flushed per row; a crash can at most tear the last line,
   // which the resume path drops.
   {

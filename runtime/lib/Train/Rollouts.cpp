@@ -74,8 +74,11 @@ RolloutBatch sampleGroups(const PlanContext &ctx,
                           const std::vector<std::vector<int64_t>> &prompts,
                           int64_t n) {
   RolloutBatch out;
-  std::vector<GeneratedSequence> gen = generate(
-      ctx.model, prompts, ctx.options, *ctx.gen, ctx.tokenizer, n);
+  std::vector<GeneratedSequence> gen =
+      ctx.uniforms ? generate(ctx.model, prompts, ctx.options, ctx.uniforms,
+                              ctx.tokenizer, n)
+                   : generate(ctx.model, prompts, ctx.options, *ctx.gen,
+                              ctx.tokenizer, n);
   out.stats.tokensComputed = promptTokens(prompts);
   for (size_t i = 0; i < gen.size(); ++i) {
     out.rolls.push_back(toRollout(ctx, gen[i], static_cast<int64_t>(i) / n));

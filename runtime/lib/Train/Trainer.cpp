@@ -11,6 +11,7 @@
 #include "cac/Runtime/Model/Tasks.h"
 #include "cac/Runtime/Model/Tokenizer.h"
 #include "cac/Runtime/Model/Transformer.h"
+#include "cac/Runtime/Train/Distributed.h"
 #include "cac/Runtime/Train/Metrics.h"
 #include "cac/Runtime/Train/Objective.h"
 #include "cac/Runtime/Train/Rollouts.h"
@@ -185,6 +186,20 @@ struct Trainer::Impl {
 
   int64_t eosId = -1, padId = 0;
 
+  // --- data parallelism (docs/training.md) -------------------------------
+
+  Communicator *dist() const { return opts.dist; }
+  int rank() const { return opts.dist ? opts.dist->rank() : 0; }
+  int worldSize() const { return opts.dist ? opts.dist->size() : 1; }
+  /// Rank 0 (or a lone process) writes metrics, plots and checkpoints.
+  bool writer() const { return rank() == 0; }
+
+  /// Sums \p v over the ranks (nothing for a lone process).
+  void reduceSum(std::vector<double> &v) {
+    if (opts.dist)
+      opts.dist->sum(v);
+  }
+
   // --- setup --------------------------------------------------------------
 
   ModelConfig builtinConfig(const ModelSpec &m) const {
@@ -267,10 +282,14 @@ struct Trainer::Impl {
       fs::path bundles = cfg.out / "bundles";
       fs::create_directories(bundles);
       fs::path target = bundles / cfg.estimator.path.stem();
-      int rc = runProcess(
-          {opts.compiler.string(), "compile", cfg.estimator.path.string(), "-o",
-           (bundles / (cfg.estimator.path.stem().string() + ".ptx")).string(),
-           "--bundle", target.string()});
+      // Rank 0 compiles; the other workers load its bundle.
+      int rc = 0;
+      if (writer())
+        rc = runProcess(
+            {opts.compiler.string(), "compile", cfg.estimator.path.string(),
+             "-o",
+             (bundles / (cfg.estimator.path.stem().string() + ".ptx")).string(),
+             "--bundle", target.string()});
       if (rc != 0) {
         diag.error(cfg.estimator.loc,
                    "compiling '" + cfg.estimator.path.string() + "' with '" +
@@ -278,6 +297,8 @@ struct Trainer::Impl {
                        std::to_string(rc) + ")");
         return false;
       }
+      if (dist())
+        dist()->barrier();
       dir = target;
     }
     try {
@@ -414,11 +435,27 @@ struct Trainer::Impl {
   bool prepare(DiagnosticEngine &diag) {
     if (!checkPaths(diag))
       return false;
+    if (dist() && cfg.steps > 0 && cfg.prompts < worldSize())
+      throw TrainError("data-parallel: " + std::to_string(worldSize()) +
+                       " workers need at least as many prompts per step "
+                       "(the file sets prompts = " +
+                       std::to_string(cfg.prompts) + ")");
     if (cfg.threads > 0)
       at::set_num_threads(static_cast<int>(cfg.threads));
     fs::create_directories(cfg.out);
     if (!loadEstimator(diag))
       return false;
+    if (dist() && (cfg.rollout.kind != RolloutSpec::Kind::Group ||
+                   hasWeight || hasValueWeight || promptCritic)) {
+      // Not yet: sharding tree/chain/forest plans, and the masked and
+      // prompt-level losses' global normalisers.
+      diag.error(cfg.rollout.loc.valid() ? cfg.rollout.loc : cfg.estimator.loc,
+                 "data-parallel training (--workers/--gpus) supports the "
+                 "group plan with estimators that output no weight or "
+                 "value_weight and a token critic (or none); run this file "
+                 "with one worker");
+      return false;
+    }
     if (cfg.kl.kind != KlSpec::Kind::None && cfg.kl.coef > 0)
       needReference = true;
 
@@ -571,6 +608,10 @@ struct Trainer::Impl {
   /// Clips, steps and zeroes the gradients; returns the pre-clip norm.
   double optimizerStep() {
     auto ps = trainableParameters();
+    // Each rank's loss carries its share of the global normaliser, so the
+    // sum of the ranks' gradients is the one-process gradient.
+    if (dist())
+      dist()->sumGradients(ps);
     double norm = 0;
     if (cfg.optimizer.gradClip > 0) {
       norm = torch::nn::utils::clip_grad_norm_(ps, cfg.optimizer.gradClip);
@@ -674,10 +715,18 @@ struct Trainer::Impl {
     double lr = setLr(scheduleFactor(cfg.sft.schedule.value_or(cfg.schedule),
                                      sftIndex, cfg.sft.steps));
     int64_t b = cfg.sft.batch;
+    // Data-parallel: this rank's share of the batch [first, first + b).
+    int64_t first = 0;
+    if (dist()) {
+      auto [lo, hi] = shardRange(b, rank(), worldSize());
+      first = lo;
+      b = hi - lo;
+    }
     std::vector<Rollout> rows(b);
     std::vector<const Rollout *> ptrs;
     for (int64_t i = 0; i < b; ++i) {
-      Problem p = trainProblem(static_cast<uint64_t>(sftIndex * b + i));
+      Problem p = trainProblem(
+          static_cast<uint64_t>(sftIndex * cfg.sft.batch + first + i));
       rows[i].prompt = encodePrompt(p);
       rows[i].response = tokenizer->encode(targetText(p), false);
       if (eosId >= 0)
@@ -686,18 +735,36 @@ struct Trainer::Impl {
     }
     Padded pd = padRollouts(ptrs, padId);
     policy->train();
-    at::Tensor logits = policy->forward(pd.ids, pd.mask);
-    at::Tensor logp = gatherResponse(tokenLogProbs(logits, pd.ids, 1.0), pd);
-    at::Tensor loss = -logp.mean();
-    loss.backward();
+    double lossValue = 0, numTokens = static_cast<double>(pd.numTokens);
+    if (!dist()) {
+      at::Tensor logits = policy->forward(pd.ids, pd.mask);
+      at::Tensor logp = gatherResponse(tokenLogProbs(logits, pd.ids, 1.0), pd);
+      at::Tensor loss = -logp.mean();
+      loss.backward();
+      lossValue = loss.item<double>();
+    } else {
+      // The mean over the global batch's tokens: each rank sums its own
+      // and divides by the global count.
+      std::vector<double> count{numTokens};
+      reduceSum(count);
+      numTokens = count[0];
+      std::vector<double> part{0.0};
+      if (b > 0) {
+        at::Tensor logits = policy->forward(pd.ids, pd.mask);
+        at::Tensor logp =
+            gatherResponse(tokenLogProbs(logits, pd.ids, 1.0), pd);
+        at::Tensor loss = -logp.sum() / numTokens;
+        loss.backward();
+        part[0] = loss.item<double>();
+      }
+      reduceSum(part);
+      lossValue = part[0];
+    }
     double norm = optimizerStep();
     double dt = seconds(t0);
-    json row = {{"step", step + 1},
-                {"phase", "sft"},
-                {"loss", loss.item<double>()},
-                {"grad_norm", norm},
-                {"lr", lr},
-                {"tokens_per_s", static_cast<double>(pd.numTokens) / dt},
+    json row = {{"step", step + 1},  {"phase", "sft"},
+                {"loss", lossValue}, {"grad_norm", norm},
+                {"lr", lr},          {"tokens_per_s", numTokens / dt},
                 {"time_step_s", dt}};
     return row;
   }
@@ -721,9 +788,12 @@ struct Trainer::Impl {
     at::Generator gen = makeGenerator(0);
     double correct = 0, stepped = 0;
     const size_t chunk = 256;
-    for (size_t s = 0; s < evalSet.size(); s += chunk) {
+    // Data-parallel: each rank decodes its share, the counts are summed.
+    auto [from, to] =
+        shardRange(static_cast<int64_t>(evalSet.size()), rank(), worldSize());
+    for (size_t s = from; s < static_cast<size_t>(to); s += chunk) {
       std::vector<std::vector<int64_t>> prompts;
-      size_t e = std::min(evalSet.size(), s + chunk);
+      size_t e = std::min(static_cast<size_t>(to), s + chunk);
       for (size_t i = s; i < e; ++i)
         prompts.push_back(encodePrompt(evalSet[i]));
       auto out = generate(policy, prompts, samplingOptions(true), gen,
@@ -732,6 +802,12 @@ struct Trainer::Impl {
         correct += reward(evalSet[i], out[i - s].text) >= 1.0 ? 1.0 : 0.0;
         stepped += TwoOperandTask::isStepped(out[i - s].text) ? 1.0 : 0.0;
       }
+    }
+    if (dist()) {
+      std::vector<double> counts{correct, stepped};
+      reduceSum(counts);
+      correct = counts[0];
+      stepped = counts[1];
     }
     lastEvalSteps = twoOp && cfg.task.steps > 0.0
                         ? stepped / static_cast<double>(evalSet.size())
@@ -892,12 +968,20 @@ struct Trainer::Impl {
 
   RolloutBatch sampleRollouts(const std::vector<Problem> &problems,
                               const std::vector<std::vector<int64_t>> &prompts,
-                              int64_t rlIndex) {
+                              int64_t rlIndex, int64_t g0) {
     PlanContext ctx;
     ctx.model = policy;
     ctx.options = samplingOptions(false);
     ctx.tokenizer = tokenizer.get();
     ctx.gen = &sampleGen;
+    if (dist()) {
+      // Each token's uniform is a function of (seed, step, global rollout,
+      // position), so the rollouts do not depend on the worker count.
+      const uint64_t seed = cfg.seed;
+      ctx.uniforms = [=](int64_t row, int64_t t) {
+        return rolloutUniform(seed, rlIndex, g0 + row, t);
+      };
+    }
     ctx.reward = [&](int64_t g, const std::string &text) {
       return reward(problems.at(static_cast<size_t>(g)), text);
     };
@@ -950,17 +1034,23 @@ struct Trainer::Impl {
 
     // 1. Rollouts.
     auto tg = Clock::now();
-    const int64_t P = cfg.prompts;
+    // Data-parallel (group plan only): this rank takes the prompts
+    // [p0, p0 + P) of the global batch of GP prompts, whole groups, so group
+    // statistics stay local; rollout g0 + i of the global batch is this
+    // rank's rollout i.
+    const int64_t GP = cfg.prompts, n = cfg.rollout.n, GB = GP * n;
+    auto [p0, p1] = shardRange(GP, rank(), worldSize());
+    const int64_t P = p1 - p0, g0 = p0 * n;
     std::vector<Problem> problems;
     std::vector<std::vector<int64_t>> prompts;
     for (int64_t i = 0; i < P; ++i) {
       // RL prompts come from a stream disjoint from the SFT one.
-      problems.push_back(trainProblem((uint64_t(1) << 40) +
-                                      static_cast<uint64_t>(rlIndex * P + i)));
+      problems.push_back(trainProblem(
+          (uint64_t(1) << 40) + static_cast<uint64_t>(rlIndex * GP + p0 + i)));
       prompts.push_back(encodePrompt(problems.back()));
     }
     policy->eval();
-    RolloutBatch plan = sampleRollouts(problems, prompts, rlIndex);
+    RolloutBatch plan = sampleRollouts(problems, prompts, rlIndex, g0);
     std::vector<Rollout> &rolls = plan.rolls;
     int64_t B = static_cast<int64_t>(rolls.size());
     double rewardSum = 0, correct = 0, entSum = 0;
@@ -975,6 +1065,15 @@ struct Trainer::Impl {
     const int64_t numPaths = B;
     addPlanStats(row, plan.stats);
     double timeGen = seconds(tg);
+    // Every rank needs the global batch's response lengths (minibatch
+    // token counts): each fills its own rollouts, the sum gathers them.
+    std::vector<double> globalLen;
+    if (dist()) {
+      globalLen.assign(GB, 0.0);
+      for (int64_t i = 0; i < B; ++i)
+        globalLen[g0 + i] = static_cast<double>(rolls[i].response.size());
+      reduceSum(globalLen);
+    }
 
     // Rollout-time values and reference log-probabilities.
     RolloutTensors rt = rolloutTensors(rolls);
@@ -1020,10 +1119,26 @@ struct Trainer::Impl {
     at::Tensor oldLogp = rt.oldLogp, oldValues = rt.oldValues,
                refLogp = rt.refLogp;
     double timeEst = seconds(te);
-    row["adv_mean"] = adv.numel() > 0 ? adv.mean().item<double>() : 0.0;
-    row["adv_std"] = adv.numel() > 1 ? adv.std().item<double>() : 0.0;
-    if (cfg.whiten)
-      adv = weight.defined() ? whitenMasked(adv, weight) : whiten(adv);
+    if (!dist()) {
+      row["adv_mean"] = adv.numel() > 0 ? adv.mean().item<double>() : 0.0;
+      row["adv_std"] = adv.numel() > 1 ? adv.std().item<double>() : 0.0;
+      if (cfg.whiten)
+        adv = weight.defined() ? whitenMasked(adv, weight) : whiten(adv);
+    } else {
+      // Moments over the global batch's tokens (whiten() alike).
+      at::Tensor a64 = adv.to(at::kDouble);
+      std::vector<double> m{a64.sum().item<double>(),
+                            a64.pow(2).sum().item<double>(),
+                            static_cast<double>(adv.numel())};
+      reduceSum(m);
+      double N = m[2], mean = N > 0 ? m[0] / N : 0.0;
+      double var =
+          N > 1 ? std::max(0.0, (m[1] - N * mean * mean) / (N - 1)) : 0.0;
+      row["adv_mean"] = mean;
+      row["adv_std"] = std::sqrt(var);
+      if (cfg.whiten)
+        adv = N < 2 ? adv - mean : (adv - mean) / std::sqrt(var + 1e-8);
+    }
 
     // Token offsets of each rollout in the packed arrays.
     std::vector<int64_t> offsets(B + 1, 0);
@@ -1039,24 +1154,54 @@ struct Trainer::Impl {
     if (critic)
       critic->train();
     const double normLen = static_cast<double>(cfg.rollout.maxTokens);
-    // A tree step may keep fewer node samples than minibatches (or none).
-    const int64_t M = std::min<int64_t>(cfg.minibatches, B);
-    for (int64_t epoch = 0; epoch < cfg.epochs && B > 0; ++epoch) {
-      at::Tensor perm = at::randperm(B, shuffleGen, at::kLong);
+    // The batch the minibatches split: the global batch when data-parallel
+    // (the same permutation on every rank; each takes the rollouts it
+    // holds), else this step's rollouts (a tree step may keep fewer node
+    // samples than minibatches, or none).
+    const int64_t TB = dist() ? GB : B;
+    const int64_t M = std::min<int64_t>(cfg.minibatches, TB);
+    for (int64_t epoch = 0; epoch < cfg.epochs && TB > 0; ++epoch) {
+      at::Tensor perm = at::randperm(TB, shuffleGen, at::kLong);
       auto pa = perm.accessor<int64_t, 1>();
       for (int64_t mb = 0; mb < M; ++mb) {
-        int64_t lo = B * mb / M, hi = B * (mb + 1) / M;
+        int64_t lo = TB * mb / M, hi = TB * (mb + 1) / M;
         std::vector<const Rollout *> rows;
         std::vector<int64_t> tokIdx;
+        double globalTokens = 0;
         for (int64_t k = lo; k < hi; ++k) {
-          int64_t i = pa[k];
+          int64_t i = pa[k] - g0;
+          if (dist())
+            globalTokens += globalLen[pa[k]];
+          if (i < 0 || i >= B)
+            continue;
           rows.push_back(&rolls[i]);
           for (int64_t t = offsets[i]; t < offsets[i + 1]; ++t)
             tokIdx.push_back(t);
         }
+        int64_t nb = static_cast<int64_t>(rows.size());
+        // This rank's share of the minibatch's normaliser (tokens for
+        // token-mean, sequences otherwise): its aggregate times the share
+        // is its part of the one-process loss.
+        double share = 1.0, tokenDenom = 0;
+        if (dist()) {
+          double localTokens = static_cast<double>(tokIdx.size());
+          tokenDenom = globalTokens;
+          share = cfg.aggregation == Aggregation::TokenMean
+                      ? (globalTokens > 0 ? localTokens / globalTokens : 0.0)
+                      : static_cast<double>(nb) / static_cast<double>(hi - lo);
+          if (nb == 0) { // nothing here; the others' gradients are summed in
+            normSum += optimizerStep();
+            ++updates;
+            continue;
+          }
+        }
         at::Tensor ti = at::tensor(tokIdx, at::kLong);
         Padded pd = padRollouts(rows, padId);
-        int64_t nb = static_cast<int64_t>(rows.size());
+        auto agg = [&](const at::Tensor &x) {
+          at::Tensor r =
+              aggregate(x, pd.tokenSeq, nb, cfg.aggregation, normLen);
+          return dist() ? r * share : r;
+        };
         at::Tensor h = policy->forwardHidden(pd.ids, pd.mask);
         at::Tensor logp = gatherResponse(
             tokenLogProbs(policy->lmHead(h), pd.ids, cfg.rollout.temperature),
@@ -1069,20 +1214,17 @@ struct Trainer::Impl {
             weight.defined()
                 ? -aggregateMasked(f, weight.index_select(0, ti), pd.tokenSeq,
                                    nb, cfg.aggregation, normLen)
-                : -aggregate(f, pd.tokenSeq, nb, cfg.aggregation, normLen);
+                : -agg(f);
         at::Tensor loss = pg;
         if (cfg.kl.kind != KlSpec::Kind::None && cfg.kl.coef > 0) {
-          at::Tensor kl = aggregate(
-              klEstimate(logp, refLogp.index_select(0, ti), cfg.kl.kind),
-              pd.tokenSeq, nb, cfg.aggregation, normLen);
+          at::Tensor kl =
+              agg(klEstimate(logp, refLogp.index_select(0, ti), cfg.kl.kind));
           loss = loss + cfg.kl.coef * kl;
           klSum += kl.item<double>();
         } else if (needReference) {
-          klSum +=
-              aggregate(klEstimate(logp.detach(), refLogp.index_select(0, ti),
-                                   KlSpec::Kind::K3),
-                        pd.tokenSeq, nb, cfg.aggregation, normLen)
-                  .item<double>();
+          klSum += agg(klEstimate(logp.detach(), refLogp.index_select(0, ti),
+                                  KlSpec::Kind::K3))
+                       .item<double>();
         }
         if (cfg.critic.kind != CriticSpec::Kind::None) {
           at::Tensor v = cfg.critic.kind == CriticSpec::Kind::ValueHead
@@ -1112,9 +1254,8 @@ struct Trainer::Impl {
                 valueWeight.index_select(0, ti), pd.tokenSeq, nb,
                 Aggregation::TokenMean, normLen);
           } else {
-            vl = aggregate(valueLoss(v, oldValues.index_select(0, ti),
-                                     ret.index_select(0, ti), cfg.critic.clip),
-                           pd.tokenSeq, nb, cfg.aggregation, normLen);
+            vl = agg(valueLoss(v, oldValues.index_select(0, ti),
+                               ret.index_select(0, ti), cfg.critic.clip));
           }
           loss = loss + cfg.critic.coef * vl;
           vlSum += vl.item<double>();
@@ -1125,21 +1266,37 @@ struct Trainer::Impl {
         lossSum += loss.item<double>();
         {
           torch::NoGradGuard ng;
-          clipSum +=
+          at::Tensor clipped =
               clippedMask(ratio, a, cfg.objective.epsLow, cfg.objective.epsHigh)
-                  .to(at::kFloat)
-                  .mean()
-                  .item<double>();
-          ratioSum += ratio.mean().item<double>();
+                  .to(at::kFloat);
+          if (!dist()) {
+            clipSum += clipped.mean().item<double>();
+            ratioSum += ratio.mean().item<double>();
+          } else if (tokenDenom > 0) { // token means over the minibatch
+            clipSum += clipped.sum().item<double>() / tokenDenom;
+            ratioSum += ratio.sum().item<double>() / tokenDenom;
+          }
         }
         ++updates;
       }
     }
     double timeUpd = seconds(tu);
+    if (dist()) {
+      // Each rank holds its part of every sum; rank 0 logs the totals.
+      std::vector<double> sums{
+          pgSum,    vlSum,     klSum,   lossSum, clipSum,
+          ratioSum, rewardSum, correct, entSum,  static_cast<double>(tokens)};
+      reduceSum(sums);
+      pgSum = sums[0], vlSum = sums[1], klSum = sums[2], lossSum = sums[3];
+      clipSum = sums[4], ratioSum = sums[5], rewardSum = sums[6];
+      correct = sums[7], entSum = sums[8];
+      tokens = static_cast<int64_t>(std::llround(sums[9]));
+    }
     double u = static_cast<double>(std::max<int64_t>(updates, 1));
     double dt = seconds(t0);
-    row["reward_mean"] = rewardSum / static_cast<double>(numPaths);
-    row["acc"] = correct / static_cast<double>(numPaths);
+    const double paths = static_cast<double>(dist() ? GB : numPaths);
+    row["reward_mean"] = rewardSum / paths;
+    row["acc"] = correct / paths;
     row["loss"] = lossSum / u;
     row["pg_loss"] = pgSum / u;
     if (cfg.critic.kind != CriticSpec::Kind::None)
@@ -1151,8 +1308,7 @@ struct Trainer::Impl {
     row["ratio_mean"] = ratioSum / u;
     row["grad_norm"] = normSum / u;
     row["lr"] = lr;
-    row["response_len"] =
-        static_cast<double>(tokens) / static_cast<double>(numPaths);
+    row["response_len"] = static_cast<double>(tokens) / paths;
     row["tokens_per_s"] = static_cast<double>(tokens) / dt;
     row["time_gen_s"] = timeGen;
     row["time_estimator_s"] = timeEst;
@@ -1185,8 +1341,14 @@ struct Trainer::Impl {
         enterRl();
     }
     step = start;
-    log = std::make_unique<MetricsLog>(cfg.out, opts.resume ? start : -1);
-    bar = std::make_unique<ProgressBar>(opts.progress);
+    // Only rank 0 writes files; the other workers keep their rows in memory
+    // and stay quiet.
+    log = writer()
+              ? std::make_unique<MetricsLog>(cfg.out, opts.resume ? start : -1)
+              : std::make_unique<MetricsLog>();
+    bar = std::make_unique<ProgressBar>(opts.progress && writer());
+    if (!writer())
+      opts.verbose = false;
     const int64_t S = cfg.sft.steps, R = cfg.steps;
     int64_t ranHere = 0;
     auto stopNow = [&] {
@@ -1196,6 +1358,12 @@ struct Trainer::Impl {
       row["elapsed_s"] = elapsedBefore + seconds(runStart);
     };
 
+    if (opts.verbose && dist())
+      bar->message("cac-run: " + std::to_string(worldSize()) + " workers (" +
+                   (dist()->backend() == DistBackend::Nccl ? "nccl" : "gloo") +
+                   "); each takes about " +
+                   std::to_string(cfg.prompts / worldSize()) + " of the " +
+                   std::to_string(cfg.prompts) + " prompts of a step");
     if (opts.verbose && start == 0)
       bar->message("cac-run: " + cfg.name + ": policy " +
                    std::to_string(policy->numParameters()) +
@@ -1233,7 +1401,7 @@ struct Trainer::Impl {
         log->append(ev);
         enterRl();
       }
-      if (dueCheckpoint())
+      if (dueCheckpoint() && writer())
         saveCheckpointNow();
     }
     if (S == 0 && step == 0) {
@@ -1276,14 +1444,16 @@ struct Trainer::Impl {
                       " acc " + fmt("%.3f", row["acc"].get<double>()) +
                       " eval " + lastEval + " tok/s " +
                       fmt("%.0f", row["tokens_per_s"].get<double>()));
-      if (row.contains("eval_acc") || last)
+      if ((row.contains("eval_acc") || last) && writer())
         writePlot(log->rows(), cfg.out / "plot.png");
       if (stopNow())
         return; // as if killed after logging, before the checkpoint
-      if (dueCheckpoint())
+      if (dueCheckpoint() && writer())
         saveCheckpointNow();
     }
     bar->finish();
+    if (!writer())
+      return;
     writePlot(log->rows(), cfg.out / "plot.png");
     if (std::isnan(evalEnd))
       for (auto it = log->rows().rbegin(); it != log->rows().rend(); ++it)

@@ -3,12 +3,16 @@
 //   cac-run TRAIN.cac [--steps N] [--sft-steps N] [--eval-every N]
 //                     [--seed N] [--out DIR] [--threads N] [--resume]
 //                     [--compiler PATH] [--no-progress] [--check]
+//                     [--workers N | --gpus N] [--nnodes N] [--node-rank K]
+//                     [--master-addr HOST] [--master-port P]
+//   cac-run TRAIN.cac ... --worker gloo|nccl     (one rank; torchrun's env)
 //
 // Exit status: 0 on success, 1 on a diagnostic or a run error, 2 on a bad
 // command line. See docs/training.md.
 //
 //===----------------------------------------------------------------------===//
 
+#include "cac/Runtime/Train/Distributed.h"
 #include "cac/Runtime/Train/TrainFile.h"
 #include "cac/Runtime/Train/Trainer.h"
 
@@ -40,7 +44,19 @@ const char *kUsage =
     "  --compiler PATH  the `cac` compiler for .cac estimators (default:\n"
     "                   $CAC_COMPILER, else `cac` beside cac-run, else PATH)\n"
     "  --no-progress    no progress bar\n"
-    "  --check          check the training file and the estimator, then exit\n";
+    "  --check          check the training file and the estimator, then exit\n"
+    "data parallelism (docs/training.md):\n"
+    "  --workers N      N CPU worker processes per node (c10d Gloo)\n"
+    "  --gpus N         N GPU worker processes per node (c10d NCCL; needs a\n"
+    "                   LibTorch with NCCL)\n"
+    "  --nnodes N       nodes in the job (default 1); start cac-run on each\n"
+    "  --node-rank K    this node's index, 0..N-1 (node 0 hosts the store)\n"
+    "  --master-addr H  the host of node 0 (default 127.0.0.1)\n"
+    "  --master-port P  its TCPStore port (default: a free port on one node,\n"
+    "                   29500 on several)\n"
+    "  --worker B       run as one rank (B: gloo or nccl) with RANK,\n"
+    "                   WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT in\n"
+    "                   the environment, as torchrun sets them\n";
 
 int usageError(const std::string &msg) {
   std::cerr << "cac-run: error: " << msg << "\n" << kUsage;
@@ -57,6 +73,12 @@ std::optional<int64_t> parseCount(const std::string &s) {
     v = v * 10 + (c - '0');
   }
   return v;
+}
+
+/// A non-negative integer from the environment variable \p name.
+std::optional<int64_t> envCount(const char *name) {
+  const char *v = std::getenv(name);
+  return v ? parseCount(v) : std::nullopt;
 }
 
 bool isExecutable(const fs::path &p) {
@@ -90,8 +112,15 @@ int main(int argc, char **argv) {
   TrainerOptions opts;
   bool check = false;
   std::optional<fs::path> compiler;
+  // Data parallelism: launcher flags (not passed on to the workers) and the
+  // worker entry.
+  std::optional<int64_t> workers, gpus, nnodes, nodeRank, masterPort;
+  std::optional<std::string> masterAddr, workerBackend;
+  std::vector<std::string> workerArgs;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string &a = args[i];
+    size_t argStart = i;
+    bool launcherFlag = false;
     auto value = [&](std::string &out) {
       if (i + 1 >= args.size())
         return false;
@@ -150,6 +179,47 @@ int main(int argc, char **argv) {
       opts.progress = false;
     } else if (a == "--check") {
       check = true;
+    } else if (a == "--workers" || a == "--gpus") {
+      launcherFlag = true;
+      if (!count(a == "--workers" ? workers : gpus))
+        return 2;
+      if (workers && gpus)
+        return usageError("--workers and --gpus exclude each other");
+      int64_t n = workers ? *workers : *gpus;
+      if (n < 1 || n > 1024)
+        return usageError(a + " must be in [1, 1024]");
+      if (gpus && !haveNccl())
+        return usageError(
+            "--gpus: this cac-run was built against a LibTorch without NCCL "
+            "(Debian's libtorch is CPU-only), so it has no GPU workers; use "
+            "--workers N for CPU workers (Gloo)");
+    } else if (a == "--nnodes") {
+      launcherFlag = true;
+      if (!count(nnodes))
+        return 2;
+      if (*nnodes < 1 || *nnodes > 4096)
+        return usageError("--nnodes must be in [1, 4096]");
+    } else if (a == "--node-rank") {
+      launcherFlag = true;
+      if (!count(nodeRank))
+        return 2;
+    } else if (a == "--master-port") {
+      launcherFlag = true;
+      if (!count(masterPort))
+        return 2;
+      if (*masterPort < 1 || *masterPort > 65535)
+        return usageError("--master-port must be in [1, 65535]");
+    } else if (a == "--master-addr") {
+      launcherFlag = true;
+      std::string v;
+      if (!value(v) || v.empty())
+        return usageError("--master-addr needs a host name or address");
+      masterAddr = v;
+    } else if (a == "--worker") {
+      std::string v;
+      if (!value(v) || (v != "gloo" && v != "nccl"))
+        return usageError("--worker needs a backend: gloo or nccl");
+      workerBackend = v;
     } else if (!a.empty() && a[0] == '-') {
       return usageError("unknown option '" + a + "'");
     } else if (file.empty()) {
@@ -158,6 +228,9 @@ int main(int argc, char **argv) {
       return usageError("more than one training file ('" + file + "', '" + a +
                         "')");
     }
+    if (!launcherFlag)
+      workerArgs.insert(workerArgs.end(), args.begin() + argStart,
+                        args.begin() + i + 1);
   }
   if (file.empty())
     return usageError("no training file (try examples/arith/train.cac)");
@@ -181,10 +254,95 @@ int main(int argc, char **argv) {
   applyOverrides(*cfg, ov);
   opts.compiler = compiler ? *compiler : findCompiler();
 
+  // The launcher: start this node's workers (this binary with --worker).
+  bool launch =
+      (workers || gpus || nnodes || nodeRank || masterAddr || masterPort) &&
+      !check;
+  if (launch && workerBackend)
+    return usageError("--worker runs one rank; it takes none of --workers, "
+                      "--gpus, --nnodes, --node-rank, --master-addr, "
+                      "--master-port (use the environment instead)");
+  if (launch) {
+    if (!workers && !gpus)
+      return usageError("--nnodes/--node-rank/--master-addr/--master-port "
+                        "need --workers N or --gpus N");
+    LaunchPlan plan;
+    plan.nprocs = static_cast<int>(workers ? *workers : *gpus);
+    plan.nnodes = static_cast<int>(nnodes.value_or(1));
+    plan.nodeRank = static_cast<int>(nodeRank.value_or(0));
+    if (plan.nodeRank >= plan.nnodes)
+      return usageError("--node-rank " + std::to_string(plan.nodeRank) +
+                        " is not below --nnodes " +
+                        std::to_string(plan.nnodes));
+    if (plan.nnodes > 1 && !masterAddr)
+      return usageError("--nnodes " + std::to_string(plan.nnodes) +
+                        " needs --master-addr (the host of node 0)");
+    plan.masterAddr = masterAddr.value_or("127.0.0.1");
+    try {
+      plan.masterPort = masterPort        ? static_cast<int>(*masterPort)
+                        : plan.nnodes > 1 ? 29500
+                                          : pickFreePort();
+    } catch (const std::exception &e) {
+      std::cerr << "cac-run: error: " << e.what() << "\n";
+      return 1;
+    }
+    int world = plan.nprocs * plan.nnodes;
+    if (cfg->steps > 0 && cfg->prompts < world) {
+      std::cerr << "cac-run: error: " << world
+                << " workers need at least as many prompts per step (the "
+                   "training file sets prompts = "
+                << cfg->prompts << ")\n";
+      return 1;
+    }
+    std::error_code ec;
+    fs::path self = fs::read_symlink("/proc/self/exe", ec);
+    if (ec) {
+      std::cerr << "cac-run: error: cannot find this executable: "
+                << ec.message() << "\n";
+      return 1;
+    }
+    plan.argv = {self.string()};
+    plan.argv.insert(plan.argv.end(), workerArgs.begin(), workerArgs.end());
+    plan.argv.push_back("--worker");
+    plan.argv.push_back(gpus ? "nccl" : "gloo");
+    return launchWorkers(plan);
+  }
+
+  // A worker: join the job the environment describes.
+  std::unique_ptr<Communicator> comm;
+  if (workerBackend && !check) {
+    DistOptions d;
+    d.backend =
+        *workerBackend == "nccl" ? DistBackend::Nccl : DistBackend::Gloo;
+    auto rank = envCount("RANK"), world = envCount("WORLD_SIZE");
+    auto port = envCount("MASTER_PORT");
+    const char *addr = std::getenv("MASTER_ADDR");
+    if (!rank || !world || !port || !addr || !*addr) {
+      std::cerr << "cac-run: error: --worker needs RANK, WORLD_SIZE, "
+                   "MASTER_ADDR and MASTER_PORT in the environment (as "
+                   "torchrun sets them; --workers N sets them for you)\n";
+      return 1;
+    }
+    d.rank = static_cast<int>(*rank);
+    d.worldSize = static_cast<int>(*world);
+    d.localRank = static_cast<int>(envCount("LOCAL_RANK").value_or(0));
+    d.masterAddr = addr;
+    d.masterPort = static_cast<int>(*port);
+    try {
+      comm = Communicator::connect(d);
+    } catch (const std::exception &e) {
+      std::cerr << "cac-run: error: " << e.what() << "\n";
+      return 1;
+    }
+    opts.dist = comm.get();
+  }
+
   try {
     Trainer trainer(*cfg, opts);
     bool ok = trainer.prepare(diag);
-    std::cerr << diag.render();
+    // Every rank checks the same file; rank 0 reports.
+    if (!comm || comm->rank() == 0)
+      std::cerr << diag.render();
     if (!ok)
       return 1;
     if (check) {
@@ -193,7 +351,9 @@ int main(int argc, char **argv) {
     }
     trainer.run();
   } catch (const std::exception &e) {
-    std::cerr << "cac-run: error: " << e.what() << "\n";
+    std::cerr << "cac-run: error: "
+              << (comm ? "worker " + std::to_string(comm->rank()) + ": " : "")
+              << e.what() << "\n";
     return 1;
   }
   return 0;

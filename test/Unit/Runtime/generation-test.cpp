@@ -148,6 +148,36 @@ TEST(Generation, SeededSamplingIsReproducible) {
     EXPECT_EQ(a[i].tokens, d[i].tokens);
 }
 
+TEST(Generation, PositionalUniformsMakeRowsIndependentOfTheBatch) {
+  // With uniforms given by (row, token index), a prompt's samples are the
+  // same whether it is decoded alone or beside others (data-parallel workers
+  // rely on this), and differ between rows.
+  TransformerLM m = tinyModel(tinyConfig(), 34);
+  auto uniform = [](int64_t row, int64_t t) {
+    uint64_t h = (static_cast<uint64_t>(row) * 1000003u + t) * 2654435761u;
+    return static_cast<float>((h >> 8) % 65536) / 65536.0f;
+  };
+  const int64_t n = 3;
+  auto all = generate(m, kPrompts, opts(1.0, 16), RowUniforms(uniform),
+                      nullptr, n);
+  ASSERT_EQ(all.size(), kPrompts.size() * n);
+  bool rowsDiffer = false;
+  for (size_t p = 0; p < kPrompts.size(); ++p) {
+    // Prompt p alone: its rows are p*n.. of the full batch.
+    RowUniforms shifted = [&](int64_t row, int64_t t) {
+      return uniform(static_cast<int64_t>(p) * n + row, t);
+    };
+    auto one = generate(m, {kPrompts[p]}, opts(1.0, 16), shifted, nullptr, n);
+    for (int64_t k = 0; k < n; ++k) {
+      EXPECT_EQ(one[k].tokens, all[p * n + k].tokens) << p << "/" << k;
+      for (size_t t = 0; t < one[k].logprobs.size(); ++t)
+        EXPECT_NEAR(one[k].logprobs[t], all[p * n + k].logprobs[t], 1e-4);
+      rowsDiffer = rowsDiffer || all[p * n + k].tokens != all[p * n].tokens;
+    }
+  }
+  EXPECT_TRUE(rowsDiffer);
+}
+
 TEST(Generation, RecordedLogProbsMatchARecomputation) {
   TransformerLM m = tinyModel(tinyConfig(), 35);
   for (double temperature : {1.0, 0.7}) {

@@ -24,6 +24,7 @@
 #include <ATen/core/Generator.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -103,6 +104,19 @@ struct SampledTokens {
 SampledTokens sampleTokens(const at::Tensor &logits,
                            const SamplingOptions &options, at::Generator &gen);
 
+/// The same with the uniforms given: \p uniforms [B] in [0, 1), one per row
+/// (unused when greedy).
+SampledTokens sampleTokens(const at::Tensor &logits,
+                           const SamplingOptions &options,
+                           const at::Tensor &uniforms);
+
+/// Sampling uniforms by position: the uniform in [0, 1) that draws the
+/// \p tokenIndex-th generated token (0-based) of decoder row \p row. A
+/// counter-based source (a hash of a seed and the position) makes each row's
+/// tokens independent of which other rows share the batch, which is how
+/// data-parallel workers sample the same rollouts as one process.
+using RowUniforms = std::function<float(int64_t row, int64_t tokenIndex)>;
+
 /// A CPU generator seeded with \p seed.
 at::Generator makeGenerator(uint64_t seed);
 
@@ -124,6 +138,10 @@ public:
   /// step() until every row has finished or \p maxSteps steps ran (< 0: no
   /// limit).
   void run(at::Generator &gen, int64_t maxSteps = -1);
+  /// step() and run() with the uniforms taken from \p uniforms by row and
+  /// token position instead of a generator's stream.
+  int64_t step(const RowUniforms &uniforms);
+  void run(const RowUniforms &uniforms, int64_t maxSteps = -1);
   /// A new decoder whose row i continues row \p rows[i] of this one (rows may
   /// repeat). Generated tokens so far, logprobs and the KV cache are copied,
   /// so the copies share the prefix but sample independently from here.
@@ -158,6 +176,10 @@ public:
   TransformerLM model() const { return model_; }
 
 private:
+  using Sampler = std::function<SampledTokens(
+      const at::Tensor &logits, const std::vector<int64_t> &activeRows)>;
+  /// One step, the tokens of the unfinished rows drawn by \p sample.
+  int64_t stepWith(const Sampler &sample);
   /// Logits of the next token for \p rows (unfinished), [rows, V] float32.
   at::Tensor logitsFor(const std::vector<int64_t> &rows);
   void finishChecks(int64_t row);
@@ -188,6 +210,12 @@ private:
 std::vector<GeneratedSequence>
 generate(TransformerLM model, const std::vector<std::vector<int64_t>> &prompts,
          const SamplingOptions &options, at::Generator &gen,
+         const Tokenizer *tokenizer = nullptr, int64_t samplesPerPrompt = 1);
+/// The same with the uniforms taken from \p uniforms (row i of the result is
+/// decoder row i: prompt i / samplesPerPrompt).
+std::vector<GeneratedSequence>
+generate(TransformerLM model, const std::vector<std::vector<int64_t>> &prompts,
+         const SamplingOptions &options, const RowUniforms &uniforms,
          const Tokenizer *tokenizer = nullptr, int64_t samplesPerPrompt = 1);
 
 } // namespace cac::rt

@@ -35,6 +35,9 @@ public:
   /// dropped (a killed run may have logged steps after its last
   /// checkpoint); otherwise the files start empty.
   MetricsLog(std::filesystem::path dir, int64_t keepUpToStep);
+  /// Rows kept in memory only (the workers of a data-parallel run other
+  /// than rank 0, which writes the files).
+  MetricsLog() = default;
 
   /// Appends a row (flushed to both files at once).
   void append(const nlohmann::json &row);

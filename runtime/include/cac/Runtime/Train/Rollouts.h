@@ -88,6 +88,9 @@ struct PlanContext {
   SamplingOptions options;
   const Tokenizer *tokenizer = nullptr;
   at::Generator *gen = nullptr;
+  /// When set (data-parallel training, group plan only), the group plan
+  /// samples with these per-(row, position) uniforms instead of `gen`.
+  RowUniforms uniforms;
   /// The reward of a completion of prompt \p group.
   std::function<double(int64_t group, const std::string &text)> reward;
 };

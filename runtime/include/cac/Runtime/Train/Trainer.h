@@ -36,6 +36,8 @@
 
 namespace cac::rt::train {
 
+class Communicator;
+
 /// An error that stops a run (I/O, a malformed checkpoint, a failed
 /// compile); the message is for the user.
 class TrainError : public std::runtime_error {
@@ -55,6 +57,10 @@ struct TrainerOptions {
   int64_t stopAfterSteps = -1;
   /// Print one summary line per phase to stderr.
   bool verbose = true;
+  /// The process group of a data-parallel run (not owned; null: this
+  /// process trains alone). Every rank runs the same configuration; rank 0
+  /// alone writes metrics, plots, checkpoints and the final model.
+  Communicator *dist = nullptr;
 };
 
 /// Runs a training configuration.
