@@ -65,6 +65,7 @@ CompiledObjective::run(const TensorMap &inputs, const PackedBatch &batch,
   double scale = r.normalizer > 0 ? 1.0 / r.normalizer : 0.0;
   r.loss = (r.lossSum.sum() * scale).detach();
   r.grad = (outs.at("grad_" + wrt_) * scale).detach();
+  r.outputs = std::move(outs);
   return r;
 }
 

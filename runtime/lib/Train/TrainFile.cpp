@@ -1073,8 +1073,21 @@ bool parseRollout(Checker &c, const Value &v, RolloutSpec &r) {
 
 bool parseObjective(Checker &c, const Value &v, ObjectiveSpec &o) {
   o.loc = v.loc;
+  if (v.kind == Value::Kind::String || isCall(v, "cac")) {
+    EstimatorSpec e;
+    if (!parseEstimator(c, v, e))
+      return false;
+    if (e.kind != EstimatorSpec::Kind::Source) {
+      c.expected(v, "'objective'", "a .cac objective file");
+      return false;
+    }
+    o.compiled = std::move(e);
+    return true;
+  }
   if (!isCall(v, "ppo_clip")) {
-    c.expected(v, "'objective'", "ppo_clip(eps = .., eps_high = ..)");
+    c.expected(v, "'objective'",
+               "ppo_clip(eps = .., eps_high = ..), a .cac objective file or "
+               "cac(\"FILE.cac\", param = value, ...)");
     return false;
   }
   Args a(c, v, {"eps", "eps_high"});

@@ -13,6 +13,7 @@
 #include "cac/Runtime/Model/Transformer.h"
 #include "cac/Runtime/Train/Distributed.h"
 #include "cac/Runtime/Train/Metrics.h"
+#include "cac/Runtime/Train/CompiledObjective.h"
 #include "cac/Runtime/Train/Objective.h"
 #include "cac/Runtime/Train/Rollouts.h"
 #include "cac/Runtime/Train/TwoOperandTask.h"
@@ -170,6 +171,11 @@ struct Trainer::Impl {
   /// `value_weight` masking the value loss.
   bool promptCritic = false, readsMc = false, hasWeight = false,
        hasValueWeight = false;
+  /// `objective = "FILE.cac"`: the compiled objective, its parameters, and
+  /// the inputs it reads beyond logp_new, logp and adv.
+  std::optional<CompiledObjective> objective;
+  ParamMap objectiveParams;
+  std::vector<std::string> objectiveInputs;
 
   std::unique_ptr<torch::optim::AdamW> optimizer;
   std::vector<double> baseLr;
@@ -421,6 +427,91 @@ struct Trainer::Impl {
     return ok;
   }
 
+  /// Compiles and loads `objective = "FILE.cac"`: its gradient input must be
+  /// logp_new, and it may read logp, adv, logp_ref, entropy and the
+  /// estimator's weight (docs/training.md).
+  bool loadObjective(DiagnosticEngine &diag) {
+    const EstimatorSpec &spec = *cfg.objective.compiled;
+    if (dist()) {
+      diag.error(cfg.objective.loc,
+                 "a compiled objective runs with one worker for now (the "
+                 "global normaliser of its own mask is not reduced yet)");
+      return false;
+    }
+    if (opts.compiler.empty()) {
+      diag.error(spec.loc, "no `cac` compiler to compile '" +
+                               spec.path.string() +
+                               "': put cac-run next to `cac` (or set "
+                               "CAC_COMPILER)");
+      return false;
+    }
+    if (!fs::is_regular_file(spec.path)) {
+      diag.error(spec.loc, "the objective '" + spec.path.string() +
+                               "' does not exist");
+      return false;
+    }
+    fs::path bundles = cfg.out / "bundles";
+    fs::create_directories(bundles);
+    fs::path target = bundles / ("objective-" + spec.path.stem().string());
+    int rc = runProcess({opts.compiler.string(), "compile",
+                         spec.path.string(), "-o",
+                         (target.string() + ".ptx"), "--bundle",
+                         target.string()});
+    if (rc != 0) {
+      diag.error(spec.loc, "compiling '" + spec.path.string() + "' with '" +
+                               opts.compiler.string() +
+                               "' failed (exit status " + std::to_string(rc) +
+                               ")");
+      return false;
+    }
+    try {
+      objective.emplace(Bundle::load(target.string()));
+    } catch (const std::exception &e) {
+      diag.error(spec.loc, std::string("cannot use the objective: ") +
+                               e.what());
+      return false;
+    }
+    bool ok = true;
+    if (objective->wrt() != "logp_new" || objective->seqLoss()) {
+      diag.error(spec.loc, "the objective '" + spec.path.stem().string() +
+                               "' must be a token loss differentiated by "
+                               "logp_new (it is differentiated by '" +
+                               objective->wrt() + "')");
+      ok = false;
+    }
+    const Manifest &m = objective->bundle().manifest();
+    for (const std::string &in : objective->bundle().inputNames()) {
+      if (in == "logp_new" || in == "logp" || in == "adv")
+        continue;
+      if (in == "logp_ref")
+        needReference = true;
+      else if (in == "weight" && !hasWeight) {
+        diag.error(spec.loc, "the objective reads 'weight', which estimator '" +
+                                 bundle->manifest().estimator +
+                                 "' does not output");
+        ok = false;
+      } else if (in != "entropy" && in != "weight") {
+        diag.error(spec.loc, "the objective reads '" + in +
+                                 "'; cac-run gives objectives logp_new, logp, "
+                                 "adv, logp_ref, entropy and weight");
+        ok = false;
+      }
+      objectiveInputs.push_back(in);
+    }
+    for (const auto &p : spec.params) {
+      if (m.findParam(p.name) < 0) {
+        diag.error(p.loc, "objective '" + m.estimator +
+                              "' has no parameter '" + p.name + "'");
+        ok = false;
+      }
+      objectiveParams[p.name] = p.value;
+    }
+    // The training file's aggregation, and Dr. GRPO's length: max_tokens.
+    objectiveParams["aggregation"] = static_cast<double>(cfg.aggregation);
+    objectiveParams["norm_len"] = static_cast<double>(cfg.rollout.maxTokens);
+    return ok;
+  }
+
   bool checkPlan(DiagnosticEngine &diag, const Manifest &m) {
     std::string err =
         planMismatch(cfg.rollout, m.estimator, readsMc, m.needsTree,
@@ -458,6 +549,8 @@ struct Trainer::Impl {
     }
     if (cfg.kl.kind != KlSpec::Kind::None && cfg.kl.coef > 0)
       needReference = true;
+    if (cfg.objective.compiled && !loadObjective(diag))
+      return false;
 
     try {
       // Tokenizer and task.
@@ -1210,11 +1303,43 @@ struct Trainer::Impl {
         at::Tensor a = adv.index_select(0, ti);
         at::Tensor f = clippedSurrogate(ratio, a, cfg.objective.epsLow,
                                         cfg.objective.epsHigh);
-        at::Tensor pg =
-            weight.defined()
-                ? -aggregateMasked(f, weight.index_select(0, ti), pd.tokenSeq,
-                                   nb, cfg.aggregation, normLen)
-                : -agg(f);
+        at::Tensor pg;
+        at::Tensor objClipped; // the objective's own `clipped`, if any
+        if (objective) {
+          // The compiled objective: its kernels give the loss and
+          // d loss / d logp_new; the surrogate carries that gradient into
+          // the model's backward pass.
+          TensorMap in{{"logp_new", logp.detach()},
+                       {"logp", oldLogp.index_select(0, ti)},
+                       {"adv", a}};
+          for (const std::string &name : objectiveInputs)
+            if (name == "logp_ref")
+              in[name] = refLogp.index_select(0, ti);
+            else if (name == "entropy")
+              in[name] = rt.entropy.index_select(0, ti);
+            else if (name == "weight")
+              in[name] = weight.index_select(0, ti);
+          std::vector<int64_t> mbLengths;
+          for (const Rollout *r : rows)
+            mbLengths.push_back(static_cast<int64_t>(r->response.size()));
+          CompiledObjective::Result r;
+          try {
+            r = objective->run(in, PackedBatch::fromLengths(mbLengths),
+                               objectiveParams);
+          } catch (const std::exception &e) {
+            throw TrainError(std::string("running the objective: ") +
+                             e.what());
+          }
+          pg = CompiledObjective::surrogate(logp, r);
+          if (r.outputs.count("clipped"))
+            objClipped = r.outputs.at("clipped");
+        } else {
+          pg = weight.defined()
+                   ? -aggregateMasked(f, weight.index_select(0, ti),
+                                      pd.tokenSeq, nb, cfg.aggregation,
+                                      normLen)
+                   : -agg(f);
+        }
         at::Tensor loss = pg;
         if (cfg.kl.kind != KlSpec::Kind::None && cfg.kl.coef > 0) {
           at::Tensor kl =
@@ -1267,8 +1392,11 @@ struct Trainer::Impl {
         {
           torch::NoGradGuard ng;
           at::Tensor clipped =
-              clippedMask(ratio, a, cfg.objective.epsLow, cfg.objective.epsHigh)
-                  .to(at::kFloat);
+              objClipped.defined()
+                  ? objClipped.to(at::kFloat)
+                  : clippedMask(ratio, a, cfg.objective.epsLow,
+                                cfg.objective.epsHigh)
+                        .to(at::kFloat);
           if (!dist()) {
             clipSum += clipped.mean().item<double>();
             ratioSum += ratio.mean().item<double>();

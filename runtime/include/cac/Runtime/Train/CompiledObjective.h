@@ -41,6 +41,7 @@ public:
     at::Tensor lossSum;   ///< [B] the kernels' per-sequence weighted sums
     at::Tensor lossCount; ///< [B] the elements that count, per sequence
     double normalizer = 1;
+    TensorMap outputs;    ///< every output of the kernels, as they gave it
   };
 
   /// Runs the objective. `inputs` holds every input it declares, the wrt

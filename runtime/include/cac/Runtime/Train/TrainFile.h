@@ -189,6 +189,10 @@ struct RolloutSpec {
 /// The clipped surrogate (estimators.md §0.2).
 struct ObjectiveSpec {
   double epsLow = 0.2, epsHigh = 0.2;
+  /// `objective = "FILE.cac"` (or cac("FILE.cac", param = value, ...)): a
+  /// compiled objective (docs/language.md, Objectives) instead of the
+  /// built-in ppo_clip.
+  std::optional<EstimatorSpec> compiled;
   SourceLoc loc;
 };
 
