@@ -198,6 +198,13 @@ def main():
                         errs.append((f"{k} grad vs autograd",
                                      compare(want[dom]["grad_" + var],
                                              outs[k][dom]["grad_" + var], args.tol)))
+                    if name == "gspo":
+                        # GSPO's advantage is GRPO's (stdlib/grpo.cac's defaults).
+                        want_adv = cacref.group_normalized(batch["seq"]["reward"],
+                                                           batch["seq"]["group"], 1e-6, 0, 0)
+                        for k in ("cpu", "eager"):
+                            errs.append((f"{k} adv vs reference",
+                                         compare(want_adv, outs[k]["seq"]["adv"], args.tol)))
                     ref = reference(name, batch, outs["cpu"], mode or "seq-mean", {})
                     if ref is not None:
                         rloss, rgrad = ref
