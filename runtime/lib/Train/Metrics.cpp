@@ -44,6 +44,7 @@ const std::vector<std::string> &metricColumns() {
                                                 "response_len",
                                                 "tokens_per_s",
                                                 "time_gen_s",
+                                                "time_score_s",
                                                 "time_estimator_s",
                                                 "time_update_s",
                                                 "time_eval_s",

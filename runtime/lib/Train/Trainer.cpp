@@ -765,7 +765,8 @@ struct Trainer::Impl {
     }
     double timeGen = seconds(tg);
 
-    // Rollout-time values and reference log-probabilities.
+    // Rollout-time values and reference log-probabilities (scoring).
+    auto ts = Clock::now();
     Padded all = padRollouts(ptrs, padId);
     std::vector<const std::vector<float> *> lp, en;
     for (const Rollout &r : rolls)
@@ -786,6 +787,8 @@ struct Trainer::Impl {
                                          all.ids, cfg.rollout.temperature),
                            all);
     }
+
+    double timeScore = seconds(ts);
 
     // 2. The estimator.
     auto te = Clock::now();
@@ -938,6 +941,7 @@ struct Trainer::Impl {
     row["response_len"] = static_cast<double>(tokens) / static_cast<double>(B);
     row["tokens_per_s"] = static_cast<double>(tokens) / dt;
     row["time_gen_s"] = timeGen;
+    row["time_score_s"] = timeScore;
     row["time_estimator_s"] = timeEst;
     row["time_update_s"] = timeUpd;
     row["time_step_s"] = dt;
