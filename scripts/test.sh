@@ -2,7 +2,7 @@
 # Installs what is needed, builds cac with its tests, and runs every test:
 # CTest (lit suites over the compiler, GoogleTest over the runtime) and the
 # comparison of `cac eval` against the independent Python reference on
-# random batches.
+# random batches; then fuzzes the front end for a bounded time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -25,4 +25,12 @@ for backend in cpu eager; do
   python3 test/reference/check_obs.py --cac "$BUILD/bin/cac" --backend "$backend" \
     --seeds 1-3 || status=1
 done
+# The front end under libFuzzer (test/fuzz/README.md): a clang build of the
+# fuzz target in build-fuzz/ (ASan + UBSan), then CAC_FUZZ_SECONDS (150) of
+# fuzzing from the seed corpus; a crash, sanitizer report or hang fails.
+# CAC_FUZZ_SECONDS=0 skips it (for local runs; CI runs it).
+fuzz_seconds=${CAC_FUZZ_SECONDS:-150}
+if [ "$fuzz_seconds" != 0 ]; then
+  test/fuzz/run.sh "$fuzz_seconds" || status=1
+fi
 exit $status

@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Builds cac-fuzz-frontend (clang, libFuzzer, ASan + UBSan) in build-fuzz/ and
 # fuzzes the front end for SECONDS (default 120), single process, from the
-# seed corpus: stdlib/, examples/estimators/, test/DSL/ (README.md).
+# seed corpus: stdlib/, examples/estimators/, test/DSL/, test/Inputs/imports/,
+# test/Unit/Eager/inputs/ and test/fuzz/seeds/ (README.md).
 #
-#   test/fuzz/run.sh [SECONDS]
+#   test/fuzz/run.sh [SECONDS]      (0: build only)
 #
 # Exit status 0: no crash. 1: a crash, sanitizer report, timeout (hang) or
 # out-of-memory; the input is kept in build-fuzz/crashes/ and printed.
@@ -34,13 +35,19 @@ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 cmake --build "$BUILD" --target cac-fuzz-frontend -j"$JOBS" || exit 2
 t1=$(date +%s)
 echo "cac fuzz: built $BUILD/bin/cac-fuzz-frontend in $((t1 - t0)) s"
+if [ "$DURATION" = 0 ]; then exit 0; fi  # build only (libFuzzer reads 0 as no limit)
 
 # Seeds are copied afresh (only .cac sources and the fuzz-*.test regression
 # inputs, which are cac files whose RUN lines are comments); the corpus the
-# fuzzer grows stays in $BUILD/corpus between local runs.
+# fuzzer grows stays in $BUILD/corpus between local runs. test/fuzz/seeds/
+# holds seeds whose imports resolve from the repository root, where the
+# fuzzer runs: an input is the buffer "fuzz.cac", whose imports are relative
+# to the working directory.
 rm -rf "$BUILD/seeds"
 mkdir -p "$BUILD/seeds" "$BUILD/corpus" "$BUILD/crashes"
-for f in stdlib/*.cac examples/estimators/*.cac test/DSL/*.cac test/DSL/fuzz-*.test; do
+for f in stdlib/*.cac examples/estimators/*.cac test/DSL/*.cac \
+  test/Inputs/imports/*.cac test/Unit/Eager/inputs/*.cac test/fuzz/seeds/*.cac \
+  test/DSL/fuzz-*.test; do
   [ -f "$f" ] && cp "$f" "$BUILD/seeds/$(echo "$f" | tr / _)"
 done
 crashes_before=$(ls "$BUILD/crashes" | wc -l)

@@ -53,6 +53,7 @@ const std::vector<std::string> &metricColumns() {
                                                 "plan_leaves",
                                                 "node_samples",
                                                 "time_gen_s",
+                                                "time_score_s",
                                                 "time_estimator_s",
                                                 "time_update_s",
                                                 "time_eval_s",

@@ -1168,8 +1168,10 @@ struct Trainer::Impl {
       reduceSum(globalLen);
     }
 
-    // Rollout-time values and reference log-probabilities.
+    // Rollout-time values and reference log-probabilities (scoring).
+    auto ts = Clock::now();
     RolloutTensors rt = rolloutTensors(rolls);
+    double timeScore = seconds(ts);
 
     // 2. The estimator.
     auto te = Clock::now();
@@ -1439,6 +1441,7 @@ struct Trainer::Impl {
     row["response_len"] = static_cast<double>(tokens) / paths;
     row["tokens_per_s"] = static_cast<double>(tokens) / dt;
     row["time_gen_s"] = timeGen;
+    row["time_score_s"] = timeScore;
     row["time_estimator_s"] = timeEst;
     row["time_update_s"] = timeUpd;
     row["time_step_s"] = dt;

@@ -94,8 +94,8 @@ protected:
   static std::vector<json> withoutTimes(std::vector<json> rows) {
     for (auto &r : rows)
       for (const char *k :
-           {"tokens_per_s", "time_gen_s", "time_estimator_s", "time_update_s",
-            "time_eval_s", "time_step_s", "elapsed_s"})
+           {"tokens_per_s", "time_gen_s", "time_score_s", "time_estimator_s",
+            "time_update_s", "time_eval_s", "time_step_s", "elapsed_s"})
         r.erase(k);
     return rows;
   }
@@ -124,7 +124,8 @@ TEST_F(TrainerTest, RunsAndWritesItsOutputs) {
   EXPECT_TRUE(rows[5].contains("eval_acc")); // the end
   EXPECT_TRUE(rows[5].contains("kl"));
   for (const char *k : {"reward_mean", "acc", "loss", "entropy", "clip_frac",
-                        "grad_norm", "time_estimator_s", "tokens_per_s"})
+                        "grad_norm", "time_score_s", "time_estimator_s",
+                        "tokens_per_s"})
     EXPECT_TRUE(rows[3].contains(k)) << k;
   for (const char *f : {"metrics.jsonl", "metrics.csv", "plot.png",
                         "checkpoint/checkpoint.json", "final/config.json"})
