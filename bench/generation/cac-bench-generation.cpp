@@ -1,0 +1,224 @@
+//===- cac-bench-generation.cpp - Generation with and without KV cache ----===//
+//
+// cac-bench-generation [--models tiny,small,medium] [--prompts 64]
+//                      [--samples 8] [--prompt-len 12] [--new 24,128]
+//                      [--threads N] [--iters K] [--no-uncached]
+//
+// Times batched sampling (cac::rt::generate, what cac-run's rollouts call)
+// of randomly initialized models of the built-in shapes, with the KV cache
+// and with useCache = false (every step runs the whole prefix through the
+// model again), and prints a Markdown table of generated tokens per second
+// (docs/benchmarks.md). Every row generates exactly --new tokens (no stop
+// tokens), from random prompts of --prompt-len tokens, each prompt forked
+// into --samples rows as in a GRPO group; the prefill is included.
+//
+// Models (the vocabulary is the character tokenizer's, 99 ids):
+//   tiny    builtin("tiny"):  hidden 64, 2 layers, 4 heads, 2 KV heads, ffn 192
+//           (the embedded default, examples/arith/train.cac)
+//   small   builtin("small"): hidden 128, 4 layers, 4/2 heads, ffn 384
+//   medium  builtin("custom", hidden = 512, layers = 8, heads = 8,
+//           kv_heads = 4, ffn = 1536): a larger shape for scale
+//
+// Both modes sample with the same seed; the "same tokens" column is the
+// fraction of generated tokens that agree (the two modes compute the same
+// logits up to float rounding, so it should be 1 or very near it). A
+// benchmark, not a test.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cac/Runtime/Model/Config.h"
+#include "cac/Runtime/Model/Generation.h"
+#include "cac/Runtime/Model/Transformer.h"
+
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+using namespace cac::rt;
+
+namespace {
+
+std::vector<std::string> split(const std::string &s, char sep) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  std::string item;
+  while (std::getline(ss, item, sep))
+    if (!item.empty())
+      out.push_back(item);
+  return out;
+}
+
+/// The model shapes of the table (see the file comment).
+ModelConfig modelConfig(const std::string &name) {
+  ModelConfig c;
+  c.modelType = "llama";
+  c.vocabSize = 99; // CharTokenizer
+  c.rmsNormEps = 1e-5;
+  c.ropeTheta = 10000.0;
+  c.tieWordEmbeddings = true;
+  c.maxPositionEmbeddings = 512;
+  if (name == "tiny") {
+    c.hiddenSize = 64, c.numHiddenLayers = 2, c.numAttentionHeads = 4,
+    c.numKeyValueHeads = 2, c.intermediateSize = 192;
+  } else if (name == "small") {
+    c = ModelConfig::builtinSmall(99);
+  } else if (name == "medium") {
+    c.hiddenSize = 512, c.numHiddenLayers = 8, c.numAttentionHeads = 8,
+    c.numKeyValueHeads = 4, c.intermediateSize = 1536;
+  } else {
+    std::fprintf(stderr, "unknown model '%s' (tiny, small, medium)\n",
+                 name.c_str());
+    std::exit(2);
+  }
+  c.validate(name);
+  return c;
+}
+
+/// Median wall time of `fn` in seconds over `iters` runs (after one warm-up
+/// run).
+double medianSeconds(int iters, const std::function<void()> &fn) {
+  fn();
+  std::vector<double> s;
+  for (int i = 0; i < iters; ++i) {
+    auto t0 = std::chrono::steady_clock::now();
+    fn();
+    auto t1 = std::chrono::steady_clock::now();
+    s.push_back(std::chrono::duration<double>(t1 - t0).count());
+  }
+  std::sort(s.begin(), s.end());
+  return s[s.size() / 2];
+}
+
+[[noreturn]] void usage() {
+  std::fprintf(stderr,
+               "usage: cac-bench-generation [--models tiny,small,medium] "
+               "[--prompts N] [--samples N] [--prompt-len N] [--new N,M] "
+               "[--threads N] [--iters K] [--no-uncached]\n");
+  std::exit(2);
+}
+
+int64_t positive(const std::string &s) {
+  char *end = nullptr;
+  long long v = std::strtoll(s.c_str(), &end, 10);
+  if (s.empty() || *end || v <= 0)
+    usage();
+  return v;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  std::vector<std::string> models = {"tiny", "small", "medium"};
+  std::vector<int64_t> newTokens = {24, 128};
+  int64_t prompts = 64, samples = 8, promptLen = 12;
+  int threads = static_cast<int>(std::thread::hardware_concurrency());
+  int iters = 3;
+  bool uncached = true;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc)
+        usage();
+      return argv[++i];
+    };
+    if (a == "--models")
+      models = split(next(), ',');
+    else if (a == "--prompts")
+      prompts = positive(next());
+    else if (a == "--samples")
+      samples = positive(next());
+    else if (a == "--prompt-len")
+      promptLen = positive(next());
+    else if (a == "--new") {
+      newTokens.clear();
+      for (const std::string &n : split(next(), ','))
+        newTokens.push_back(positive(n));
+    } else if (a == "--threads")
+      threads = static_cast<int>(positive(next()));
+    else if (a == "--iters")
+      iters = static_cast<int>(positive(next()));
+    else if (a == "--no-uncached")
+      uncached = false;
+    else
+      usage();
+  }
+  at::set_num_threads(std::max(threads, 1));
+  torch::NoGradGuard noGrad;
+
+  std::printf("%lld prompts x %lld samples, prompt %lld tokens, %d threads, "
+              "median of %d after a warm-up\n\n",
+              static_cast<long long>(prompts), static_cast<long long>(samples),
+              static_cast<long long>(promptLen), at::get_num_threads(), iters);
+  std::printf("| model | parameters | rows | new tokens | cached s | cached "
+              "tok/s | uncached s | uncached tok/s | cached / uncached | same "
+              "tokens |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- "
+              "|\n");
+  for (const std::string &name : models) {
+    ModelConfig cfg = modelConfig(name);
+    torch::manual_seed(1);
+    TransformerLM model(cfg);
+    model->eval();
+    at::Generator promptGen = makeGenerator(7);
+    std::vector<std::vector<int64_t>> promptIds;
+    for (int64_t p = 0; p < prompts; ++p) {
+      at::Tensor ids =
+          at::randint(3, cfg.vocabSize, {promptLen}, promptGen, at::kLong);
+      promptIds.emplace_back(ids.data_ptr<int64_t>(),
+                             ids.data_ptr<int64_t>() + promptLen);
+    }
+    for (int64_t n : newTokens) {
+      if (promptLen + n > cfg.maxPositionEmbeddings) {
+        std::fprintf(stderr, "skipping %s: %lld + %lld tokens exceed %lld "
+                             "positions\n",
+                     name.c_str(), static_cast<long long>(promptLen),
+                     static_cast<long long>(n),
+                     static_cast<long long>(cfg.maxPositionEmbeddings));
+        continue;
+      }
+      SamplingOptions opts;
+      opts.temperature = 1.0;
+      opts.maxNewTokens = n;
+      auto run = [&](bool cache, std::vector<GeneratedSequence> &out) {
+        SamplingOptions o = opts;
+        o.useCache = cache;
+        at::Generator gen = makeGenerator(11);
+        out = generate(model, promptIds, o, gen, nullptr, samples);
+      };
+      std::vector<GeneratedSequence> withCache, without;
+      double tc = medianSeconds(iters, [&] { run(true, withCache); });
+      int64_t tokens = 0;
+      for (const GeneratedSequence &g : withCache)
+        tokens += static_cast<int64_t>(g.tokens.size());
+      std::printf("| %s | %.2f M | %lld | %lld | %.3f | %.0f |", name.c_str(),
+                  model->numParameters() / 1e6,
+                  static_cast<long long>(withCache.size()),
+                  static_cast<long long>(n), tc, tokens / tc);
+      if (!uncached) {
+        std::printf(" — | — | — | — |\n");
+        std::fflush(stdout);
+        continue;
+      }
+      double tu = medianSeconds(iters, [&] { run(false, without); });
+      int64_t same = 0, total = 0;
+      for (size_t r = 0; r < withCache.size(); ++r) {
+        const auto &a = withCache[r].tokens, &b = without[r].tokens;
+        total += static_cast<int64_t>(std::max(a.size(), b.size()));
+        for (size_t t = 0; t < std::min(a.size(), b.size()); ++t)
+          same += a[t] == b[t];
+      }
+      std::printf(" %.3f | %.0f | %.1fx | %.4f |\n", tu, tokens / tu, tu / tc,
+                  total ? static_cast<double>(same) / total : 1.0);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
