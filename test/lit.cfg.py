@@ -19,8 +19,9 @@ config.name = "cac"
 config.test_format = lit.formats.ShTest(lit.util.which("bash") is not None)
 config.suffixes = [".cac", ".mlir", ".test"]
 # Inputs/ folders hold files the tests read; Unit/ is GoogleTest (CTest runs
-# it), reference/ the Python reference implementation.
-config.excludes = ["Inputs", "Unit", "reference", "CMakeLists.txt",
+# it), reference/ the Python reference implementation, fuzz/ the libFuzzer
+# target and its seed corpus (.cac files that are inputs, not lit tests).
+config.excludes = ["Inputs", "Unit", "reference", "fuzz", "CMakeLists.txt",
                    "lit.cfg.py", "lit.site.cfg.py", "lit.site.cfg.py.in"]
 
 config.test_source_root = os.path.dirname(__file__)
