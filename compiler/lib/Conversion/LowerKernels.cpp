@@ -85,6 +85,9 @@ struct Abi {
   DenseMap<Value, unsigned> storage;
   /// Argument index of each parameter op's value.
   DenseMap<Value, unsigned> paramArg;
+  /// The two scratch token buffers of each rank's merge sort (permutations,
+  /// written and read alternately).
+  DenseMap<Operation *, std::pair<unsigned, unsigned>> rankPerm;
   unsigned firstBuffer = kNumFixed;
   bool needsGroups = false;
   bool needsTree = false;
@@ -517,6 +520,11 @@ private:
         for (Value o : it.op->getOperands())
           prepareOuter(o, seen);
     }
+    // A rank reads its whole sequence: it is sorted before the loop, whose
+    // items then read the stored ranks.
+    for (Item &it : l.items)
+      if (it.kind == Item::Rank)
+        emitRankSort(cast<RankOp>(it.op));
     // Loop-carried values: one per scan, one per reduction.
     SmallVector<Value> inits;
     for (Item &it : l.items) {
@@ -555,13 +563,8 @@ private:
           yields.push_back(y);
           break;
         }
-        case Item::Rank: {
-          auto rank = cast<RankOp>(it.op);
-          Value r = emitRank(rank, t);
-          e.storeBuffer(it.buffer, r, t);
-          tokenMemo[{rank.getResult(), t}] = r;
+        case Item::Rank: // stored by emitRankSort before the loop
           break;
-        }
         case Item::Reduce: {
           auto red = cast<ReduceOp>(it.op);
           Value acc = forOp.getRegionIterArgs()[carry++];
@@ -589,31 +592,118 @@ private:
     }
   }
 
-  /// rank[t] = #{u : x[u] > x[t] or (x[u] == x[t] and u < t)}: an inner
-  /// loop over the sequence (O(T^2) work per sequence).
-  Value emitRank(RankOp rank, Value t) {
-    Value xt = evalTok(rank.getInput(), t);
-    auto inner = b.create<scf::ForOp>(e.loc, start, end, e.i64(1),
-                                      ValueRange{e.fconst(0.0)});
-    eraseImplicitYield(inner);
+  /// rank[t] = #{u : x[u] > x[t] or (x[u] == x[t] and u < t)}, the position
+  /// of token t when the sequence is sorted by x descending, ties by the lower
+  /// index. A bottom-up merge sort of the token positions (stable, so ties
+  /// keep index order), O(T log T) per sequence:
+  ///   keys K[t] = x[t] in the rank's own buffer, P[t] = t - start;
+  ///   for w = 1, 2, 4, ... < len: merge the sorted runs [lo, lo+w) and
+  ///     [lo+w, lo+2w) of `src` into `dst`, then swap src and dst;
+  ///   rank[start + src[k]] = k (the keys are dead by then).
+  /// Positions are stored as floats: exact below 2^24 tokens per sequence
+  /// in f32.
+  void emitRankSort(RankOp rank) {
+    Location loc = e.loc;
+    auto ptrTy = LLVM::LLVMPointerType::get(b.getContext());
+    Value keys = e.args[abi.storage.lookup(rank.getResult())];
+    auto [pa, pb] = abi.rankPerm.lookup(rank.getOperation());
+    Value one = e.i64(1);
+    auto toIndex = [&](Value f) {
+      return b.create<arith::FPToSIOp>(loc, b.getI64Type(), f);
+    };
+    // Keys and the identity permutation.
+    {
+      auto init = b.create<scf::ForOp>(loc, e.i64(0), len, one);
+      eraseImplicitYield(init);
+      OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(init.getBody());
+      Value i = init.getInductionVar();
+      Value t = b.create<arith::AddIOp>(loc, start, i);
+      e.store(evalTok(rank.getInput(), t), keys, t);
+      e.store(e.toFloat(i), e.args[pa], t);
+      b.create<scf::YieldOp>(loc);
+    }
+    // Merge passes: (w, src, dst) while w < len.
+    SmallVector<Type> types = {b.getI64Type(), ptrTy, ptrTy};
+    SmallVector<Value> inits = {one, e.args[pa], e.args[pb]};
+    auto loop = b.create<scf::WhileOp>(loc, types, inits);
+    {
+      OpBuilder::InsertionGuard g(b);
+      SmallVector<Location> locs(3, loc);
+      Block *before = b.createBlock(&loop.getBefore(), {}, types, locs);
+      Value more = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt,
+                                           before->getArgument(0), len);
+      b.create<scf::ConditionOp>(loc, more, before->getArguments());
+      Block *after = b.createBlock(&loop.getAfter(), {}, types, locs);
+      Value w = after->getArgument(0), src = after->getArgument(1),
+            dst = after->getArgument(2);
+      Value w2 = b.create<arith::AddIOp>(loc, w, w);
+      auto runs = b.create<scf::ForOp>(loc, e.i64(0), len, w2);
+      eraseImplicitYield(runs);
+      {
+        OpBuilder::InsertionGuard g2(b);
+        b.setInsertionPointToStart(runs.getBody());
+        Value lo = runs.getInductionVar();
+        Value mid = b.create<arith::MinSIOp>(
+            loc, b.create<arith::AddIOp>(loc, lo, w), len);
+        Value hi = b.create<arith::MinSIOp>(
+            loc, b.create<arith::AddIOp>(loc, lo, w2), len);
+        auto merge = b.create<scf::ForOp>(loc, lo, hi, one,
+                                          ValueRange{lo, mid});
+        eraseImplicitYield(merge);
+        {
+          OpBuilder::InsertionGuard g3(b);
+          b.setInsertionPointToStart(merge.getBody());
+          Value k = merge.getInductionVar();
+          Value i = merge.getRegionIterArgs()[0];
+          Value j = merge.getRegionIterArgs()[1];
+          Value hasI =
+              b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, i, mid);
+          Value hasJ =
+              b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, j, hi);
+          // Exhausted runs read position lo (always inside the sequence)
+          // and are then ignored.
+          Value ic = b.create<arith::SelectOp>(loc, hasI, i, lo);
+          Value jc = b.create<arith::SelectOp>(loc, hasJ, j, lo);
+          Value pi = e.load(src, b.create<arith::AddIOp>(loc, start, ic), e.ft);
+          Value pj = e.load(src, b.create<arith::AddIOp>(loc, start, jc), e.ft);
+          Value ki = e.load(keys, b.create<arith::AddIOp>(loc, start, toIndex(pi)),
+                            e.ft);
+          Value kj = e.load(keys, b.create<arith::AddIOp>(loc, start, toIndex(pj)),
+                            e.ft);
+          // Left unless the right key is strictly greater: stable.
+          Value rightFirst = b.create<arith::CmpFOp>(
+              loc, arith::CmpFPredicate::OGT, kj, ki);
+          Value takeJ = b.create<arith::AndIOp>(
+              loc, hasJ,
+              b.create<arith::OrIOp>(
+                  loc, rightFirst,
+                  b.create<arith::XOrIOp>(
+                      loc, hasI,
+                      b.create<arith::ConstantOp>(loc, b.getBoolAttr(true)))));
+          Value p = b.create<arith::SelectOp>(loc, takeJ, pj, pi);
+          e.store(p, dst, b.create<arith::AddIOp>(loc, start, k));
+          Value ni = b.create<arith::SelectOp>(
+              loc, takeJ, i, b.create<arith::AddIOp>(loc, i, one));
+          Value nj = b.create<arith::SelectOp>(
+              loc, takeJ, b.create<arith::AddIOp>(loc, j, one), j);
+          b.create<scf::YieldOp>(loc, ValueRange{ni, nj});
+        }
+        b.create<scf::YieldOp>(loc);
+      }
+      b.create<scf::YieldOp>(loc, ValueRange{w2, dst, src});
+    }
+    // Ranks from the sorted permutation.
+    Value sorted = loop.getResult(1);
+    auto scatter = b.create<scf::ForOp>(loc, e.i64(0), len, one);
+    eraseImplicitYield(scatter);
     OpBuilder::InsertionGuard g(b);
-    b.setInsertionPointToStart(inner.getBody());
-    Value u = inner.getInductionVar();
-    Value xu = evalTok(rank.getInput(), u);
-    Value greater =
-        b.create<arith::CmpFOp>(e.loc, arith::CmpFPredicate::OGT, xu, xt);
-    Value tie = b.create<arith::AndIOp>(
-        e.loc,
-        b.create<arith::CmpFOp>(e.loc, arith::CmpFPredicate::OEQ, xu, xt),
-        b.create<arith::CmpIOp>(e.loc, arith::CmpIPredicate::slt, u, t));
-    Value before = b.create<arith::OrIOp>(e.loc, greater, tie);
-    Value acc = inner.getRegionIterArgs()[0];
-    Value next = b.create<arith::SelectOp>(
-        e.loc, before, b.create<arith::AddFOp>(e.loc, acc, e.fconst(1.0)),
-        acc);
-    b.create<scf::YieldOp>(e.loc, next);
-    b.setInsertionPointAfter(inner);
-    return inner.getResult(0);
+    b.setInsertionPointToStart(scatter.getBody());
+    Value k = scatter.getInductionVar();
+    Value p = e.load(sorted, b.create<arith::AddIOp>(loc, start, k), e.ft);
+    e.store(e.toFloat(k), keys,
+            b.create<arith::AddIOp>(loc, start, toIndex(p)));
+    b.create<scf::YieldOp>(loc);
   }
 
   Value reduceInit(ReduceOp red) {
@@ -1235,6 +1325,8 @@ struct LowerKernelsPass
       kernel.walk([&](RankOp r) {
         if (!abi.storage.count(r.getResult()))
           abi.storage[r.getResult()] = newScratch(Domain::Token);
+        unsigned pa = newScratch(Domain::Token);
+        abi.rankPerm[r] = {pa, newScratch(Domain::Token)};
       });
       if (kernel.getGrid() == Domain::Group)
         abi.needsGroups = true;
