@@ -12,8 +12,10 @@
 #include "cac/Eval/Runner.h"
 #include "cac/Pipelines.h"
 #include "cac/Target/Target.h"
-#ifdef CAC_HAVE_EAGER
-#include "cac/Eager/Eager.h"
+#ifdef CAC_EAGER_PLUGIN
+#include "cac/Eager/EagerPlugin.h"
+#include <cstdlib>
+#include <dlfcn.h>
 #endif
 
 #include "cac/DSL/Sema.h"
@@ -26,6 +28,7 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Path.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
 
@@ -114,6 +117,35 @@ LogicalResult runPipeline(MLIRContext &ctx, ModuleOp module,
   build(pm);
   return pm.run(module);
 }
+
+#ifdef CAC_EAGER_PLUGIN
+/// Loads the eager backend from lib/ beside this executable's bin/ (or the
+/// file CAC_EAGER_PLUGIN names in the environment).
+llvm::Expected<cac::RunEagerFn> loadEagerPlugin() {
+  std::string path;
+  if (const char *env = std::getenv("CAC_EAGER_PLUGIN")) {
+    path = env;
+  } else {
+    static int anchor;
+    std::string exe = llvm::sys::fs::getMainExecutable("cac", &anchor);
+    llvm::SmallString<256> p(llvm::sys::path::parent_path(
+        llvm::sys::path::parent_path(exe)));
+    llvm::sys::path::append(p, "lib", CAC_EAGER_PLUGIN);
+    path = std::string(p);
+  }
+  void *handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (!handle)
+    return llvm::createStringError(
+        "cannot load the eager backend (LibTorch) from " + path + ": " +
+        dlerror());
+  auto entry = reinterpret_cast<cac::RunEagerFn (*)()>(
+      dlsym(handle, cac::kEagerPluginEntry));
+  if (!entry)
+    return llvm::createStringError(path + " has no " +
+                                   cac::kEagerPluginEntry);
+  return entry();
+}
+#endif
 
 int realMain() {
   DialectRegistry registry;
@@ -282,8 +314,11 @@ int realMain() {
       return fail("--grad autograd needs an objective and --backend eager");
     std::vector<cac::OutputArray> outputs;
     if (backend == "eager") {
-#ifdef CAC_HAVE_EAGER
-      auto r = cac::runEager(*module, *batch, gradMode == "autograd");
+#ifdef CAC_EAGER_PLUGIN
+      auto runEager = loadEagerPlugin();
+      if (!runEager)
+        return fail(llvm::toString(runEager.takeError()));
+      auto r = (*runEager)(*module, *batch, gradMode == "autograd");
       if (!r)
         return fail(llvm::toString(r.takeError()));
       outputs = std::move(*r);
