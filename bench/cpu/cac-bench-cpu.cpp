@@ -8,9 +8,12 @@
 // one run:
 //   eager    the eager LibTorch backend (cac_eager) on the padded batch: the
 //            reference, one tensor operation per dialect operation;
-//   loop     for gae, the token loop that verl's compute_gae_advantage_return
-//            runs (a Python loop over t of LibTorch column operations), here
-//            in C++, so without Python's per-iteration overhead;
+//   loop     the loop verl runs, for the methods verl has: gae
+//            (compute_gae_advantage_return, a loop over t of LibTorch column
+//            operations), grpo and rloo (compute_grpo_outcome_advantage and
+//            compute_rloo_outcome_advantage: per-sample loops that gather each
+//            group's scores, then per-group statistics); here in C++, so
+//            without Python's per-iteration overhead;
 //   compiled the bundle's host.so through the runtime (BundleEstimator::run,
 //            what cac-run calls), inputs already packed;
 // their ratios, the bytes of inputs and outputs per token, the compiled
@@ -35,6 +38,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
@@ -96,6 +100,57 @@ std::pair<at::Tensor, at::Tensor> verlGae(const at::Tensor &values,
   std::reverse(reversed.begin(), reversed.end());
   at::Tensor adv = at::stack(reversed, 1);
   return {adv, adv + values};
+}
+
+/// Sums the [B, T] token rewards into per-sample scores and gathers them
+/// by group id, as verl's outcome estimators do.
+std::map<int64_t, std::vector<at::Tensor>>
+verlGatherScores(const at::Tensor &scores, const at::Tensor &index) {
+  std::map<int64_t, std::vector<at::Tensor>> id2score;
+  for (int64_t i = 0; i < scores.size(0); ++i)
+    id2score[index[i].item<int64_t>()].push_back(scores[i]);
+  return id2score;
+}
+
+/// verl's compute_grpo_outcome_advantage, with the population std of cac's
+/// default (verl's torch.std is the unbiased one: the same work).
+at::Tensor verlGrpo(const at::Tensor &tokenRewards, const at::Tensor &mask,
+                    const at::Tensor &index, double eps) {
+  at::Tensor scores = tokenRewards.sum(-1);
+  auto id2score = verlGatherScores(scores, index);
+  std::map<int64_t, at::Tensor> id2mean, id2std;
+  for (auto &[id, list] : id2score) {
+    if (list.size() == 1) {
+      id2mean[id] = at::tensor(0.0f);
+      id2std[id] = at::tensor(1.0f);
+    } else {
+      at::Tensor s = at::stack(list);
+      id2mean[id] = s.mean();
+      id2std[id] = s.std(/*unbiased=*/false);
+    }
+  }
+  for (int64_t i = 0; i < scores.size(0); ++i) {
+    int64_t id = index[i].item<int64_t>();
+    scores[i] = (scores[i] - id2mean[id]) / (id2std[id] + eps);
+  }
+  return scores.unsqueeze(-1) * mask;
+}
+
+/// verl's compute_rloo_outcome_advantage.
+at::Tensor verlRloo(const at::Tensor &tokenRewards, const at::Tensor &mask,
+                    const at::Tensor &index) {
+  at::Tensor scores = tokenRewards.sum(-1);
+  auto id2score = verlGatherScores(scores, index);
+  std::map<int64_t, at::Tensor> id2mean;
+  for (auto &[id, list] : id2score)
+    id2mean[id] = list.size() == 1 ? at::tensor(0.0f) : at::stack(list).mean();
+  for (int64_t i = 0; i < scores.size(0); ++i) {
+    int64_t id = index[i].item<int64_t>();
+    double n = double(id2score[id].size());
+    if (n > 1)
+      scores[i] = scores[i] * n / (n - 1) - id2mean[id] * n / (n - 1);
+  }
+  return scores.unsqueeze(-1) * mask;
 }
 
 struct Shape {
@@ -285,11 +340,29 @@ int main(int argc, char **argv) {
       }
 
       std::string loopMs = "—", loopRatio = "—";
-      if (name == "gae") {
-        at::Tensor values = inputs["value"].view({B, T});
+      if (name == "gae" || name == "grpo" || name == "rloo") {
+        // verl's layout: [B, T] token rewards, the outcome on the last token.
         at::Tensor rewards = at::zeros({B, T});
         rewards.select(1, T - 1).copy_(inputs["reward"]);
-        double ms = medianMs(iters, [&] { verlGae(values, rewards, 1.0, 0.95); });
+        at::Tensor mask = at::ones({B, T});
+        at::Tensor index = at::arange(B, at::kLong).div(8, "floor");
+        at::Tensor loopAdv;
+        double ms = medianMs(iters, [&] {
+          if (name == "gae")
+            loopAdv = verlGae(inputs["value"].view({B, T}), rewards, 1.0, 0.95)
+                          .first;
+          else if (name == "grpo")
+            loopAdv = verlGrpo(rewards, mask, index, 1e-6);
+          else
+            loopAdv = verlRloo(rewards, mask, index);
+        });
+        // The baseline computes what the kernels compute.
+        maxDiff = std::max(
+            maxDiff, (loopAdv.reshape({N}).to(at::kDouble) -
+                      out.at("adv").to(at::kDouble))
+                         .abs()
+                         .max()
+                         .item<double>());
         char buf[64];
         std::snprintf(buf, sizeof buf, "%.2f", ms);
         loopMs = buf;
