@@ -51,7 +51,7 @@ median() {
 echo "$(date -u +%Y-%m-%d), $(nproc) cores: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)," \
   "load average $(cut -d' ' -f1-3 /proc/loadavg), median of $ITERS"
 echo
-echo "wall / cpu seconds; startup (\`cac --version\`, loading LLVM, MLIR and LibTorch):" \
+echo "wall / cpu seconds; startup (\`cac --version\`, loading LLVM and MLIR; LibTorch is loaded only by \`cac eval --backend eager\`):" \
   "$(median "$CAC" --version)"
 echo
 echo "| method | lines | kernels | front end | cpu ir | ptx | ptx + bundle |"
