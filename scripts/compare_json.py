@@ -30,7 +30,12 @@ def main():
         return 1
     worst, where = 0.0, ""
     for k in a:
-        err = abs(a[k] - b[k]) / max(1.0, abs(b[k]))
+        numbers = all(isinstance(x, (int, float)) and not isinstance(x, bool)
+                      for x in (a[k], b[k]))
+        if not numbers:  # names (an objective's aggregation, wrt) must match
+            err = 0.0 if a[k] == b[k] else float("inf")
+        else:
+            err = abs(a[k] - b[k]) / max(1.0, abs(b[k]))
         if err > worst:
             worst, where = err, k
     ok = worst <= args.tol
