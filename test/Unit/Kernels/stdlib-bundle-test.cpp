@@ -19,6 +19,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <sstream>
 
 using namespace cac::rt;
@@ -200,6 +201,48 @@ TEST_F(StdlibBundle, EveryMethodRunsOnRandomBatches) {
         ASSERT_TRUE(out.count(b.name)) << name << ": " << b.name;
         EXPECT_TRUE(out.at(b.name).isfinite().all().item<bool>())
             << name << ": " << b.name << " (seed " << seed << ")";
+      }
+    }
+  }
+}
+
+/// The runtime leaves outputs and scratch uninitialised (docs/bundle.md), so
+/// every kernel must write every element of its outputs: with the buffers
+/// filled with NaN first, no NaN may survive, and the outputs must equal
+/// those of buffers filled with zeros (a kernel reading scratch it did not
+/// write would differ too). Ragged batches with empty sequences, groups and
+/// trees, on the CPU and, where there is one, the GPU.
+TEST_F(StdlibBundle, EveryMethodWritesEveryOutputElement) {
+  std::vector<at::Device> devices{at::kCPU};
+  if (CudaDriver::get().available() && at::hasCUDA())
+    devices.emplace_back(at::kCUDA, 0);
+  for (const std::string &name : stdlibMethods()) {
+    BundleEstimator est = load(name);
+    for (uint64_t seed : {3, 4}) {
+      RandomBatch r = randomBatch(est.manifest(), 45, 300, seed);
+      ParamMap params = requiredParams(est.manifest());
+      for (const at::Device &dev : devices) {
+        TensorMap in;
+        for (auto &[k, v] : r.inputs)
+          in[k] = v.to(dev);
+        RunOptions nan, zero;
+        nan.fillOutputs = std::numeric_limits<double>::quiet_NaN();
+        zero.fillOutputs = 0.0;
+        nan.synchronize = zero.synchronize = true;
+        TensorMap a = est.run(in, r.batch, params, nan);
+        TensorMap b = est.run(in, r.batch, params, zero);
+        for (const BufferSpec &bs : est.manifest().buffers) {
+          if (bs.role != BufferRole::Output)
+            continue;
+          at::Tensor x = a.at(bs.name).cpu(), y = b.at(bs.name).cpu();
+          EXPECT_FALSE(x.isnan().any().item<bool>())
+              << name << ": " << bs.name << " has " << x.isnan().sum().item<int64_t>()
+              << " unwritten elements on " << dev.str() << " (seed " << seed
+              << ")";
+          EXPECT_TRUE(at::equal(x.nan_to_num(0.0), y))
+              << name << ": " << bs.name << " depends on the initial buffer "
+              << "contents on " << dev.str() << " (seed " << seed << ")";
+        }
       }
     }
   }

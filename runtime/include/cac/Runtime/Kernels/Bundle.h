@@ -73,6 +73,11 @@ struct RunOptions {
   bool synchronize = false;
   /// Return scratch buffers too (for debugging kernels).
   bool returnScratch = false;
+  /// Outputs and scratch are allocated uninitialised: the kernels write
+  /// every element of every output (docs/bundle.md). Set, they are first
+  /// filled with this value instead; NaN checks that contract (a test, or a
+  /// suspected kernel bug).
+  std::optional<double> fillOutputs;
   /// Ignore inputs and parameters the bundle does not declare instead of
   /// rejecting them (a trainer passing everything it has).
   bool allowExtra = false;
