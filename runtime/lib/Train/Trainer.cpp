@@ -4,6 +4,7 @@
 
 #include "cac/Runtime/Kernels/Bundle.h"
 #include "cac/Runtime/Model/Checkpoint.h"
+#include "cac/Runtime/Model/CpuKernels.h"
 #include "cac/Runtime/Model/Config.h"
 #include "cac/Runtime/Model/FileUtil.h"
 #include "cac/Runtime/Model/Generation.h"
@@ -742,7 +743,8 @@ struct Trainer::Impl {
     st.step = step;
     st.extra = {{"run", cfg.name},
                 {"sft_steps", cfg.sft.steps},
-                {"elapsed_s", elapsedBefore + seconds(runStart)}};
+                {"elapsed_s", elapsedBefore + seconds(runStart)},
+                {"cpu_kernels", cpuKernelSet()}};
     if (!std::isnan(evalStart))
       st.extra["eval_acc_rl_start"] = evalStart;
     try {
@@ -793,6 +795,16 @@ struct Trainer::Impl {
       if (st.extra.contains("eval_acc_rl_start"))
         evalStart = st.extra["eval_acc_rl_start"].get<double>();
       elapsedBefore = st.extra.value("elapsed_s", 0.0);
+      // Other CPU kernels round differently: the run goes on, but will not
+      // match an uninterrupted one bit for bit.
+      std::string saved = st.extra.value("cpu_kernels", std::string());
+      if (opts.verbose && !saved.empty() && saved != cpuKernelSet())
+        std::fprintf(stderr,
+                     "cac-run: note: checkpoint '%s' was written with CPU "
+                     "kernels '%s', this process runs '%s'; the run resumes, "
+                     "but will not match an uninterrupted one bit for bit\n",
+                     dir.string().c_str(), saved.c_str(),
+                     cpuKernelSet().c_str());
       return st.step;
     } catch (const TrainError &) {
       throw;
@@ -1500,7 +1512,8 @@ struct Trainer::Impl {
                    std::to_string(policy->numParameters()) +
                    " parameters, estimator '" + bundle->manifest().estimator +
                    "', " + std::to_string(S) + " SFT + " + std::to_string(R) +
-                   " RL steps, out " + cfg.out.string());
+                   " RL steps, out " + cfg.out.string() + "; CPU kernels " +
+                   cpuKernelSet());
     if (opts.verbose && start > 0)
       bar->message("cac-run: resuming '" + cfg.name + "' at step " +
                    std::to_string(start));

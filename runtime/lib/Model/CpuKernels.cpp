@@ -1,0 +1,48 @@
+//===- CpuKernels.cpp - Which CPU kernels LibTorch runs on ----------------===//
+
+#include "cac/Runtime/Model/CpuKernels.h"
+
+#include <ATen/Version.h>
+
+#include <dlfcn.h>
+
+#include <sstream>
+
+namespace cac::rt {
+
+namespace {
+
+/// The value of at::show_config()'s "CPU capability usage:" line.
+std::string atenCapability() {
+  std::istringstream in(at::show_config());
+  const std::string key = "CPU capability usage:";
+  for (std::string line; std::getline(in, line);) {
+    auto at = line.find(key);
+    if (at == std::string::npos)
+      continue;
+    std::string v = line.substr(at + key.size());
+    size_t b = v.find_first_not_of(' ');
+    return b == std::string::npos ? "unknown" : v.substr(b);
+  }
+  return "unknown";
+}
+
+/// OpenBLAS's core name, looked up in the process (LibTorch's BLAS is
+/// whichever libblas.so.3 the system provides; no link-time dependency).
+std::string blasCore() {
+  using CoreName = char *(*)();
+  auto fn = reinterpret_cast<CoreName>(
+      ::dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+  if (!fn)
+    return "BLAS unknown (not OpenBLAS)";
+  const char *name = fn();
+  return std::string("OpenBLAS ") + (name ? name : "unknown");
+}
+
+} // namespace
+
+std::string cpuKernelSet() {
+  return "ATen " + atenCapability() + ", " + blasCore();
+}
+
+} // namespace cac::rt
