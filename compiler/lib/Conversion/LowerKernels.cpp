@@ -85,9 +85,13 @@ struct Abi {
   DenseMap<Value, unsigned> storage;
   /// Argument index of each parameter op's value.
   DenseMap<Value, unsigned> paramArg;
-  /// The two scratch token buffers of each rank's merge sort (permutations,
-  /// written and read alternately).
-  DenseMap<Operation *, std::pair<unsigned, unsigned>> rankPerm;
+  /// The scratch token buffers of each rank's radix sort: two permutations
+  /// and a second key array (the first is the rank's own buffer), written
+  /// and read alternately.
+  struct RankScratch {
+    unsigned permA, permB, keysB;
+  };
+  DenseMap<Operation *, RankScratch> rankScratch;
   unsigned firstBuffer = kNumFixed;
   bool needsGroups = false;
   bool needsTree = false;
@@ -599,116 +603,162 @@ private:
 
   /// rank[t] = #{u : x[u] > x[t] or (x[u] == x[t] and u < t)}, the position
   /// of token t when the sequence is sorted by x descending, ties by the lower
-  /// index. A bottom-up merge sort of the token positions (stable, so ties
-  /// keep index order), O(T log T) per sequence:
-  ///   keys K[t] = x[t] in the rank's own buffer, P[t] = t - start;
-  ///   for w = 1, 2, 4, ... < len: merge the sorted runs [lo, lo+w) and
-  ///     [lo+w, lo+2w) of `src` into `dst`, then swap src and dst;
-  ///   rank[start + src[k]] = k (the keys are dead by then).
-  /// Positions are stored as floats: exact below 2^24 tokens per sequence
-  /// in f32.
+  /// index. An LSD radix sort of (key, position) pairs per sequence, one byte
+  /// of the key per pass (4 passes in f32, 8 in f64), O(T) per pass:
+  ///   key  d = the float's bits, ordered so that a larger x gives a smaller
+  ///        unsigned d (-0.0 is made +0.0 first, so the two tie; NaN sorts
+  ///        before +inf, as in torch.sort(descending=True));
+  ///   one loop writes K = d (in the rank's own buffer), P[t] = t - start and
+  ///   the byte histograms of every pass (a [passes x 256] i32 array on the
+  ///   stack, zeroed per sequence);
+  ///   each pass turns its histogram into offsets and scatters (K, P) by the
+  ///   byte, in token order (stable: ties keep the lower index first), from
+  ///   one pair of arrays to the other; a pass whose byte is the same for
+  ///   every key is skipped;
+  ///   rank[start + P[k]] = k (the keys are dead by then).
+  /// It replaced a bottom-up merge sort whose merge steps were bound by a
+  /// chain of dependent loads: SAPO at 256 x 4096 took ~60 ms, see
+  /// docs/benchmarks.md. Positions are stored as floats: exact below 2^24
+  /// tokens per sequence in f32.
   void emitRankSort(RankOp rank) {
     Location loc = e.loc;
-    auto ptrTy = LLVM::LLVMPointerType::get(b.getContext());
-    Value keys = e.args[abi.storage.lookup(rank.getResult())];
-    auto [pa, pb] = abi.rankPerm.lookup(rank.getOperation());
-    Value one = e.i64(1);
-    auto toIndex = [&](Value f) {
-      return b.create<arith::FPToSIOp>(loc, b.getI64Type(), f);
+    MLIRContext *ctx = b.getContext();
+    auto ptrTy = LLVM::LLVMPointerType::get(ctx);
+    const unsigned bits = e.ft.getIntOrFloatBitWidth();
+    const unsigned passes = bits / 8;
+    Type it = b.getIntegerType(bits);
+    Type i32 = b.getI32Type();
+    Value keysA = e.args[abi.storage.lookup(rank.getResult())];
+    Abi::RankScratch sc = abi.rankScratch.lookup(rank.getOperation());
+    Value keysB = e.args[sc.keysB], permA = e.args[sc.permA],
+          permB = e.args[sc.permB];
+    Value zero = e.i64(0), one = e.i64(1);
+    auto at = [&](Value i) { return b.create<arith::AddIOp>(loc, start, i); };
+    auto iconst = [&](Type t, int64_t v) -> Value {
+      return b.create<arith::ConstantOp>(loc, b.getIntegerAttr(t, v));
     };
-    // Keys and the identity permutation.
-    {
-      auto init = b.create<scf::ForOp>(loc, e.i64(0), len, one);
-      eraseImplicitYield(init);
+    auto forLoop = [&](Value lo, Value hi, ValueRange inits,
+                       function_ref<SmallVector<Value>(Value, ValueRange)>
+                           fill) {
+      auto f = b.create<scf::ForOp>(loc, lo, hi, one, inits);
+      eraseImplicitYield(f);
       OpBuilder::InsertionGuard g(b);
-      b.setInsertionPointToStart(init.getBody());
-      Value i = init.getInductionVar();
-      Value t = b.create<arith::AddIOp>(loc, start, i);
-      e.store(evalTok(rank.getInput(), t), keys, t);
-      e.store(e.toFloat(i), e.args[pa], t);
-      b.create<scf::YieldOp>(loc);
+      b.setInsertionPointToStart(f.getBody());
+      b.create<scf::YieldOp>(
+          loc, fill(f.getInductionVar(), f.getRegionIterArgs()));
+      return f;
+    };
+    // The histograms: [passes x 256] i32 in the function's entry block (an
+    // alloca in the unit loop would grow the stack per unit).
+    Value hist;
+    {
+      Operation *fn = b.getInsertionBlock()->getParentOp();
+      while (!isa<func::FuncOp, gpu::GPUFuncOp>(fn))
+        fn = fn->getParentOp();
+      OpBuilder ab = OpBuilder::atBlockBegin(&fn->getRegion(0).front());
+      Value n = ab.create<arith::ConstantOp>(
+          loc, ab.getI64IntegerAttr(int64_t(passes) * 256));
+      hist = ab.create<LLVM::AllocaOp>(loc, ptrTy, i32, n, /*alignment=*/16);
     }
-    // Merge passes: (w, src, dst) while w < len.
-    SmallVector<Type> types = {b.getI64Type(), ptrTy, ptrTy};
-    SmallVector<Value> inits = {one, e.args[pa], e.args[pb]};
-    auto loop = b.create<scf::WhileOp>(loc, types, inits);
-    {
-      OpBuilder::InsertionGuard g(b);
-      SmallVector<Location> locs(3, loc);
-      Block *before = b.createBlock(&loop.getBefore(), {}, types, locs);
-      Value more = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt,
-                                           before->getArgument(0), len);
-      b.create<scf::ConditionOp>(loc, more, before->getArguments());
-      Block *after = b.createBlock(&loop.getAfter(), {}, types, locs);
-      Value w = after->getArgument(0), src = after->getArgument(1),
-            dst = after->getArgument(2);
-      Value w2 = b.create<arith::AddIOp>(loc, w, w);
-      auto runs = b.create<scf::ForOp>(loc, e.i64(0), len, w2);
-      eraseImplicitYield(runs);
+    auto digit = [&](Value d, unsigned p) -> Value {
+      Value sh = b.create<arith::ShRUIOp>(loc, d, iconst(it, 8 * p));
+      Value byte = b.create<arith::AndIOp>(loc, sh, iconst(it, 255));
+      Value idx = bits == 64 ? byte
+                             : b.create<arith::ExtUIOp>(loc, b.getI64Type(),
+                                                        byte).getResult();
+      return b.create<arith::AddIOp>(loc, idx, e.i64(int64_t(p) * 256));
+    };
+    auto bump = [&](Value slot) {
+      Value c = e.load(hist, slot, i32);
+      e.store(b.create<arith::AddIOp>(loc, c, iconst(i32, 1)), hist, slot);
+      return c;
+    };
+    // Zeroed histograms.
+    forLoop(zero, e.i64(int64_t(passes) * 256), {},
+            [&](Value h, ValueRange) -> SmallVector<Value> {
+              e.store(iconst(i32, 0), hist, h);
+              return {};
+            });
+    // Keys, the identity permutation and the histograms of every byte.
+    forLoop(zero, len, {}, [&](Value i, ValueRange) -> SmallVector<Value> {
+      Value t = at(i);
+      Value x = evalTok(rank.getInput(), t);
+      x = b.create<arith::AddFOp>(loc, x, e.fconst(0.0)); // -0.0 -> +0.0
+      Value raw = b.create<arith::BitcastOp>(loc, it, x);
+      Value neg = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, raw,
+                                          iconst(it, 0));
+      // Descending: negative floats keep their bits (larger x, smaller
+      // magnitude, smaller bits), the others flip all but the sign bit.
+      Value flip = b.create<arith::SelectOp>(
+          loc, neg, iconst(it, 0),
+          iconst(it, bits == 64 ? std::numeric_limits<int64_t>::max()
+                                : std::numeric_limits<int32_t>::max()));
+      Value d = b.create<arith::XOrIOp>(loc, raw, flip);
+      e.store(d, keysA, t);
+      e.store(e.toFloat(i), permA, t);
+      for (unsigned p = 0; p < passes; ++p)
+        bump(digit(d, p));
+      return {};
+    });
+    // The passes, from (keys, perm) of `flipped` to the other pair.
+    Value flipped = iconst(b.getI1Type(), 0);
+    Value lenI32 = b.create<arith::TruncIOp>(loc, i32, len);
+    for (unsigned p = 0; p < passes; ++p) {
+      Value srcK = b.create<arith::SelectOp>(loc, flipped, keysB, keysA);
+      Value dstK = b.create<arith::SelectOp>(loc, flipped, keysA, keysB);
+      Value srcP = b.create<arith::SelectOp>(loc, flipped, permB, permA);
+      Value dstP = b.create<arith::SelectOp>(loc, flipped, permA, permB);
+      // Needed unless the sequence is shorter than 2 or every key has the
+      // first key's byte.
+      Value longer = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::sgt,
+                                             len, one);
+      auto need = b.create<scf::IfOp>(loc, TypeRange{b.getI1Type()}, longer,
+                                      /*withElse=*/true);
       {
-        OpBuilder::InsertionGuard g2(b);
-        b.setInsertionPointToStart(runs.getBody());
-        Value lo = runs.getInductionVar();
-        Value mid = b.create<arith::MinSIOp>(
-            loc, b.create<arith::AddIOp>(loc, lo, w), len);
-        Value hi = b.create<arith::MinSIOp>(
-            loc, b.create<arith::AddIOp>(loc, lo, w2), len);
-        auto merge = b.create<scf::ForOp>(loc, lo, hi, one,
-                                          ValueRange{lo, mid});
-        eraseImplicitYield(merge);
-        {
-          OpBuilder::InsertionGuard g3(b);
-          b.setInsertionPointToStart(merge.getBody());
-          Value k = merge.getInductionVar();
-          Value i = merge.getRegionIterArgs()[0];
-          Value j = merge.getRegionIterArgs()[1];
-          Value hasI =
-              b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, i, mid);
-          Value hasJ =
-              b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, j, hi);
-          // Exhausted runs read position lo (always inside the sequence)
-          // and are then ignored.
-          Value ic = b.create<arith::SelectOp>(loc, hasI, i, lo);
-          Value jc = b.create<arith::SelectOp>(loc, hasJ, j, lo);
-          Value pi = e.load(src, b.create<arith::AddIOp>(loc, start, ic), e.ft);
-          Value pj = e.load(src, b.create<arith::AddIOp>(loc, start, jc), e.ft);
-          Value ki = e.load(keys, b.create<arith::AddIOp>(loc, start, toIndex(pi)),
-                            e.ft);
-          Value kj = e.load(keys, b.create<arith::AddIOp>(loc, start, toIndex(pj)),
-                            e.ft);
-          // Left unless the right key is strictly greater: stable.
-          Value rightFirst = b.create<arith::CmpFOp>(
-              loc, arith::CmpFPredicate::OGT, kj, ki);
-          Value takeJ = b.create<arith::AndIOp>(
-              loc, hasJ,
-              b.create<arith::OrIOp>(
-                  loc, rightFirst,
-                  b.create<arith::XOrIOp>(
-                      loc, hasI,
-                      b.create<arith::ConstantOp>(loc, b.getBoolAttr(true)))));
-          Value p = b.create<arith::SelectOp>(loc, takeJ, pj, pi);
-          e.store(p, dst, b.create<arith::AddIOp>(loc, start, k));
-          Value ni = b.create<arith::SelectOp>(
-              loc, takeJ, i, b.create<arith::AddIOp>(loc, i, one));
-          Value nj = b.create<arith::SelectOp>(
-              loc, takeJ, b.create<arith::AddIOp>(loc, j, one), j);
-          b.create<scf::YieldOp>(loc, ValueRange{ni, nj});
-        }
-        b.create<scf::YieldOp>(loc);
+        OpBuilder::InsertionGuard g(b);
+        b.setInsertionPointToStart(&need.getThenRegion().front());
+        Value d0 = e.load(srcK, start, it);
+        Value c = e.load(hist, digit(d0, p), i32);
+        b.create<scf::YieldOp>(
+            loc, ValueRange{b.create<arith::CmpIOp>(
+                     loc, arith::CmpIPredicate::ne, c, lenI32)});
+        b.setInsertionPointToStart(&need.getElseRegion().front());
+        b.create<scf::YieldOp>(loc, ValueRange{iconst(b.getI1Type(), 0)});
       }
-      b.create<scf::YieldOp>(loc, ValueRange{w2, dst, src});
+      Value run = need.getResult(0);
+      auto pass = b.create<scf::IfOp>(loc, run, /*withElse=*/false);
+      {
+        OpBuilder::InsertionGuard g(b);
+        b.setInsertionPointToStart(&pass.getThenRegion().front());
+        // Exclusive prefix sums: the byte's first output slot.
+        forLoop(e.i64(int64_t(p) * 256), e.i64(int64_t(p + 1) * 256),
+                {iconst(i32, 0)},
+                [&](Value h, ValueRange acc) -> SmallVector<Value> {
+                  Value c = e.load(hist, h, i32);
+                  e.store(acc[0], hist, h);
+                  return {b.create<arith::AddIOp>(loc, acc[0], c)};
+                });
+        forLoop(zero, len, {}, [&](Value i, ValueRange) -> SmallVector<Value> {
+          Value t = at(i);
+          Value d = e.load(srcK, t, it);
+          Value pos = b.create<arith::ExtSIOp>(loc, b.getI64Type(),
+                                               bump(digit(d, p)));
+          Value out = at(pos);
+          e.store(d, dstK, out);
+          e.store(e.load(srcP, t, e.ft), dstP, out);
+          return {};
+        });
+      }
+      flipped = b.create<arith::XOrIOp>(loc, flipped, run);
     }
-    // Ranks from the sorted permutation.
-    Value sorted = loop.getResult(1);
-    auto scatter = b.create<scf::ForOp>(loc, e.i64(0), len, one);
-    eraseImplicitYield(scatter);
-    OpBuilder::InsertionGuard g(b);
-    b.setInsertionPointToStart(scatter.getBody());
-    Value k = scatter.getInductionVar();
-    Value p = e.load(sorted, b.create<arith::AddIOp>(loc, start, k), e.ft);
-    e.store(e.toFloat(k), keys,
-            b.create<arith::AddIOp>(loc, start, toIndex(p)));
-    b.create<scf::YieldOp>(loc);
+    // Ranks from the sorted permutation, into the rank's buffer.
+    Value sorted = b.create<arith::SelectOp>(loc, flipped, permB, permA);
+    forLoop(zero, len, {}, [&](Value k, ValueRange) -> SmallVector<Value> {
+      Value p = e.load(sorted, at(k), e.ft);
+      Value pos = b.create<arith::FPToSIOp>(loc, b.getI64Type(), p);
+      e.store(e.toFloat(k), keysA, at(pos));
+      return {};
+    });
   }
 
   Value reduceInit(ReduceOp red) {
@@ -1331,7 +1381,8 @@ struct LowerKernelsPass
         if (!abi.storage.count(r.getResult()))
           abi.storage[r.getResult()] = newScratch(Domain::Token);
         unsigned pa = newScratch(Domain::Token);
-        abi.rankPerm[r] = {pa, newScratch(Domain::Token)};
+        unsigned pb = newScratch(Domain::Token);
+        abi.rankScratch[r] = {pa, pb, newScratch(Domain::Token)};
       });
       if (kernel.getGrid() == Domain::Group)
         abi.needsGroups = true;
