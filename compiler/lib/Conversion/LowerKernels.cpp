@@ -26,6 +26,8 @@
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/Support/JSON.h"
 
+#include <optional>
+
 namespace cac {
 #define GEN_PASS_DEF_CACLOWERKERNELS
 #include "cac/Conversion/Passes.h.inc"
@@ -92,6 +94,28 @@ struct Abi {
     unsigned permA, permB, keysB;
   };
   DenseMap<Operation *, RankScratch> rankScratch;
+  /// The tree's structure in the layout the node kernels read, built once
+  /// per call by the bundle's first kernel (TreeBuilder) from `node_parent`
+  /// and `token_node`; scratch buffers of node (K) or seq (B) length holding
+  /// indices as floats:
+  ///   childEnd[k]  end of node k's children in `children` (CSR, node ids
+  ///                ascending; they start at childEnd[k - 1], 0 for k = 0);
+  ///   order        the nodes breadth-first (roots first, in id order);
+  ///   size[k]      nodes in k's subtree, k included;
+  ///   pre[k]       k's position in a preorder walk (roots in id order,
+  ///                children in id order), so the subtree of k is the
+  ///                positions [pre[k], pre[k] + size[k]);
+  ///   preNode[p]   the node at preorder position p;
+  ///   seqEnd[p], seqByPre
+  ///                the non-empty sequences grouped by the preorder position
+  ///                of their leaf (the node of their last token), CSR like
+  ///                the children.
+  /// Each tree operation then visits only what it needs (children, the
+  /// subtree's nodes or sequences) instead of every node or sequence.
+  struct TreeScratch {
+    unsigned childEnd, children, order, size, pre, preNode, seqEnd, seqByPre;
+  };
+  std::optional<TreeScratch> tree;
   unsigned firstBuffer = kNumFixed;
   bool needsGroups = false;
   bool needsTree = false;
@@ -1089,16 +1113,234 @@ private:
 // node kernels
 //===----------------------------------------------------------------------===//
 
+/// Helpers shared by the tree kernels: indices stored as floats in
+/// scratch buffers, loops over ranges, conditionals without results.
+class IndexOps {
+public:
+  explicit IndexOps(Emitter &e) : e(e), b(e.b) {}
+
+  Value idx(unsigned buf, Value i) {
+    return b.create<arith::FPToSIOp>(e.loc, b.getI64Type(),
+                                     e.load(e.args[buf], i, e.ft));
+  }
+  void setIdx(unsigned buf, Value i, Value v) {
+    e.store(e.toFloat(v), e.args[buf], i);
+  }
+  Value cmpI(arith::CmpIPredicate p, Value x, Value y) {
+    return b.create<arith::CmpIOp>(e.loc, p, x, y);
+  }
+  Value add(Value x, Value y) { return b.create<arith::AddIOp>(e.loc, x, y); }
+  Value sub(Value x, Value y) { return b.create<arith::SubIOp>(e.loc, x, y); }
+  /// for i in [lo, hi): accs = step(i, accs).
+  SmallVector<Value>
+  range(Value lo, Value hi, ValueRange inits,
+        llvm::function_ref<SmallVector<Value>(Value, ValueRange)> step) {
+    auto f = b.create<scf::ForOp>(e.loc, lo, hi, e.i64(1), inits);
+    eraseImplicitYield(f);
+    {
+      OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(f.getBody());
+      b.create<scf::YieldOp>(e.loc,
+                             step(f.getInductionVar(), f.getRegionIterArgs()));
+    }
+    return SmallVector<Value>(f.getResults().begin(), f.getResults().end());
+  }
+  void each(Value lo, Value hi, llvm::function_ref<void(Value)> body) {
+    range(lo, hi, {}, [&](Value i, ValueRange) {
+      body(i);
+      return SmallVector<Value>{};
+    });
+  }
+  void when(Value cond, llvm::function_ref<void()> body) {
+    auto ifOp = b.create<scf::IfOp>(e.loc, cond, /*withElse=*/false);
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(&ifOp.getThenRegion().front());
+    body();
+  }
+  /// cond ? thenFn() : elseFn(), each yielding one i64 (only the taken
+  /// branch runs, so it may load where the other may not).
+  Value ifElse(Value cond, llvm::function_ref<Value()> thenFn,
+               llvm::function_ref<Value()> elseFn) {
+    auto ifOp = b.create<scf::IfOp>(e.loc, TypeRange{b.getI64Type()}, cond,
+                                    /*withElse=*/true);
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(&ifOp.getThenRegion().front());
+    b.create<scf::YieldOp>(e.loc, thenFn());
+    b.setInsertionPointToStart(&ifOp.getElseRegion().front());
+    b.create<scf::YieldOp>(e.loc, elseFn());
+    return ifOp.getResult(0);
+  }
+  /// The start of entry k of a CSR whose ends are in `ends`: ends[k - 1],
+  /// 0 for k = 0.
+  Value startOf(unsigned ends, Value k) {
+    Value first = cmpI(arith::CmpIPredicate::eq, k, e.i64(0));
+    Value prev = b.create<arith::SelectOp>(e.loc, first, e.i64(0),
+                                           sub(k, e.i64(1)));
+    return b.create<arith::SelectOp>(e.loc, first, e.i64(0), idx(ends, prev));
+  }
+
+  Emitter &e;
+  OpBuilder &b;
+};
+
+/// The bundle's first kernel when it has node kernels: builds Abi::TreeScratch
+/// from `node_parent` and `token_node` in O(K + B). Unit 0 does all the work
+/// (one sequential pass per array; the other units return at once), so on a
+/// GPU it is one thread: cheap next to the node kernels it replaces loops in.
+class TreeBuilder : IndexOps {
+public:
+  TreeBuilder(Emitter &e, const Abi::TreeScratch &t) : IndexOps(e), t(t) {}
+
+  void emit(Value unit) {
+    e.anchor = e.i64(0).getDefiningOp();
+    when(cmpI(arith::CmpIPredicate::eq, unit, e.i64(0)), [&] { build(); });
+  }
+
+private:
+  Value parentOf(Value n) { return e.loadI32AsI64(kNodeParent, n); }
+
+  /// An inclusive prefix sum of the counts in `buf`, in place.
+  void prefix(unsigned buf, Value n) {
+    range(e.i64(0), n, {e.i64(0)}, [&](Value k, ValueRange acc) {
+      Value a = add(acc[0], idx(buf, k));
+      setIdx(buf, k, a);
+      return SmallVector<Value>{a};
+    });
+  }
+
+  /// The leaf of sequence s (its last token's node), and whether it has one.
+  std::pair<Value, Value> leafOf(Value s) {
+    Value first = e.loadI32AsI64(kSeqOffsets, s);
+    Value last = sub(e.loadI32AsI64(kSeqOffsets, add(s, e.i64(1))), e.i64(1));
+    Value nonEmpty = cmpI(arith::CmpIPredicate::sge, last, first);
+    Value safe = b.create<arith::SelectOp>(e.loc, nonEmpty, last, first);
+    // An empty sequence at the end of the batch has first == num_tokens:
+    // never load there.
+    Value leaf = ifElse(
+        nonEmpty, [&] { return e.loadI32AsI64(kTokenNode, safe); },
+        [&] { return e.i64(0); });
+    return {leaf, nonEmpty};
+  }
+
+  void build() {
+    Value K = e.args[kNumNodes], B = e.args[kNumSeqs];
+    Value zero = e.i64(0), one = e.i64(1);
+    using P = arith::CmpIPredicate;
+    // Children: counts, ends, then a stable fill with `size` as the cursor.
+    each(zero, K, [&](Value k) { setIdx(t.childEnd, k, zero); });
+    each(zero, K, [&](Value m) {
+      Value p = parentOf(m);
+      when(cmpI(P::sge, p, zero),
+           [&] { setIdx(t.childEnd, p, add(idx(t.childEnd, p), one)); });
+    });
+    prefix(t.childEnd, K);
+    each(zero, K, [&](Value k) { setIdx(t.size, k, startOf(t.childEnd, k)); });
+    each(zero, K, [&](Value m) {
+      Value p = parentOf(m);
+      when(cmpI(P::sge, p, zero), [&] {
+        Value pos = idx(t.size, p);
+        setIdx(t.children, pos, m);
+        setIdx(t.size, p, add(pos, one));
+      });
+    });
+    // Breadth-first order: the roots, then each node's children.
+    Value roots = range(zero, K, {zero}, [&](Value m, ValueRange n) {
+                    Value root = cmpI(P::slt, parentOf(m), zero);
+                    when(root, [&] { setIdx(t.order, n[0], m); });
+                    return SmallVector<Value>{b.create<arith::SelectOp>(
+                        e.loc, root, add(n[0], one), n[0])};
+                  })[0];
+    Value reached =
+        range(zero, K, {roots}, [&](Value h, ValueRange n) {
+          Value next = ifElse(
+              cmpI(P::slt, h, n[0]),
+              [&] {
+                Value k = idx(t.order, h);
+                return range(startOf(t.childEnd, k), idx(t.childEnd, k),
+                             {n[0]}, [&](Value c, ValueRange nn) {
+                               setIdx(t.order, nn[0], idx(t.children, c));
+                               return SmallVector<Value>{add(nn[0], one)};
+                             })[0];
+              },
+              [&] { return n[0]; });
+          return SmallVector<Value>{next};
+        })[0];
+    // Nodes not reached from a root (a cycle; the batch loaders reject
+    // them) keep an empty subtree.
+    each(zero, K, [&](Value k) {
+      setIdx(t.size, k, zero);
+      setIdx(t.pre, k, zero);
+    });
+    // Subtree sizes, children before parents (reverse breadth-first).
+    each(zero, reached, [&](Value i) {
+      Value k = idx(t.order, sub(sub(reached, one), i));
+      Value sz = range(startOf(t.childEnd, k), idx(t.childEnd, k), {one},
+                       [&](Value c, ValueRange acc) {
+                         return SmallVector<Value>{add(
+                             acc[0], idx(t.size, idx(t.children, c)))};
+                       })[0];
+      setIdx(t.size, k, sz);
+    });
+    // Preorder positions: the roots one after the other, then each node's
+    // children after it, each child after its older siblings' subtrees.
+    range(zero, roots, {zero}, [&](Value h, ValueRange acc) {
+      Value k = idx(t.order, h);
+      setIdx(t.pre, k, acc[0]);
+      return SmallVector<Value>{add(acc[0], idx(t.size, k))};
+    });
+    each(zero, reached, [&](Value h) {
+      Value k = idx(t.order, h);
+      range(startOf(t.childEnd, k), idx(t.childEnd, k),
+            {add(idx(t.pre, k), one)}, [&](Value c, ValueRange acc) {
+              Value m = idx(t.children, c);
+              setIdx(t.pre, m, acc[0]);
+              return SmallVector<Value>{add(acc[0], idx(t.size, m))};
+            });
+    });
+    each(zero, reached, [&](Value h) {
+      Value k = idx(t.order, h);
+      setIdx(t.preNode, idx(t.pre, k), k);
+    });
+    // Sequences by their leaf's preorder position (`order` is the cursor).
+    each(zero, K, [&](Value q) { setIdx(t.seqEnd, q, zero); });
+    each(zero, B, [&](Value s) {
+      auto [leaf, has] = leafOf(s);
+      when(has, [&] {
+        Value q = idx(t.pre, leaf);
+        setIdx(t.seqEnd, q, add(idx(t.seqEnd, q), one));
+      });
+    });
+    prefix(t.seqEnd, K);
+    each(zero, K, [&](Value q) { setIdx(t.order, q, startOf(t.seqEnd, q)); });
+    each(zero, B, [&](Value s) {
+      auto [leaf, has] = leafOf(s);
+      when(has, [&] {
+        Value q = idx(t.pre, leaf);
+        Value pos = idx(t.order, q);
+        setIdx(t.seqByPre, pos, s);
+        setIdx(t.order, q, add(pos, one));
+      });
+    });
+  }
+
+  const Abi::TreeScratch &t;
+};
+
 /// One unit per tree node. Node values from earlier kernels are read from
-/// their buffers at any node; structure comes from `node_parent` and, for
-/// the sequences' leaves, `token_node` at each sequence's last token. The
-/// loops over all nodes (or sequences) make each unit O(K) or O(K * depth):
-/// simple and parallel over nodes, meant for trees of thousands of nodes.
+/// their buffers at any node; structure comes from `node_parent` and the
+/// TreeBuilder kernel's arrays (Abi::TreeScratch): a node's children, the
+/// nodes of its subtree and the sequences whose leaves lie in it are ranges
+/// there. So num_children is O(1), child_mean O(children), tree_mean
+/// O(subtree nodes * depth) and the path reductions O(sequences in the
+/// subtree): a batch's node kernels do O(K * depth^2 + B * depth) work in
+/// all, not O(K^2) (they scanned every node or sequence per node before,
+/// 260 ms for SPO-tree at 8192 sequences on the CPU; docs/benchmarks.md).
 class NodeKernelEmitter {
 public:
   NodeKernelEmitter(Emitter &e, KernelOp kernel, const Abi &abi,
                     ArrayRef<std::pair<Value, unsigned>> stores)
-      : e(e), b(e.b), kernel(kernel), abi(abi), stores(stores) {}
+      : e(e), b(e.b), ix(e), t(*abi.tree), kernel(kernel), abi(abi),
+        stores(stores) {}
 
   void emit(Value unit) {
     node = unit;
@@ -1199,16 +1441,18 @@ private:
     if (op->getParentOp() != kernel.getOperation())
       return domainOf(v) == Domain::Scalar ? e.scalar(v)
                                            : e.loadBuffer(v, node);
-    Value K = e.args[kNumNodes], B = e.args[kNumSeqs];
     Value one = e.fconst(1.0), zero = e.fconst(0.0);
-    if (isa<NumChildrenOp>(op)) {
-      return loop(K, {zero}, [&](Value m, ValueRange acc) {
-        Value child = cmpI(arith::CmpIPredicate::eq, parentOf(m), node);
-        return SmallVector<Value>{b.create<arith::SelectOp>(
-            e.loc, child, b.create<arith::AddFOp>(e.loc, acc[0], one),
-            acc[0])};
-      })[0];
+    Value childBegin, childEnd, preFirst, preEnd;
+    if (isa<NumChildrenOp, ChildMeanOp>(op)) {
+      childBegin = ix.startOf(t.childEnd, node);
+      childEnd = ix.idx(t.childEnd, node);
     }
+    if (isa<TreeMeanOp, PathReduceOp>(op)) {
+      preFirst = ix.idx(t.pre, node);
+      preEnd = ix.add(preFirst, ix.idx(t.size, node));
+    }
+    if (isa<NumChildrenOp>(op))
+      return e.toFloat(ix.sub(childEnd, childBegin));
     if (auto p = dyn_cast<ParentOp>(op)) {
       Value par = parentOf(node);
       Value root = cmpI(arith::CmpIPredicate::slt, par, e.i64(0));
@@ -1217,22 +1461,21 @@ private:
       return b.create<arith::SelectOp>(e.loc, root, eval(p.getFill()), x);
     }
     if (auto c = dyn_cast<ChildMeanOp>(op)) {
-      auto acc = loop(K, {zero, zero}, [&](Value m, ValueRange a) {
-        Value child = cmpI(arith::CmpIPredicate::eq, parentOf(m), node);
-        Value x = atNode(c.getOperand(), m);
-        return SmallVector<Value>{
-            b.create<arith::SelectOp>(
-                e.loc, child, b.create<arith::AddFOp>(e.loc, a[0], x), a[0]),
-            b.create<arith::SelectOp>(
-                e.loc, child, b.create<arith::AddFOp>(e.loc, a[1], one),
-                a[1])};
-      });
+      auto acc = ix.range(childBegin, childEnd, {zero, zero},
+                          [&](Value i, ValueRange a) {
+                            Value x = atNode(c.getOperand(),
+                                             ix.idx(t.children, i));
+                            return SmallVector<Value>{
+                                b.create<arith::AddFOp>(e.loc, a[0], x),
+                                b.create<arith::AddFOp>(e.loc, a[1], one)};
+                          });
       return mean(acc[0], acc[1]);
     }
     if (auto tm = dyn_cast<TreeMeanOp>(op)) {
       // The leaves of the subtree, each weighted by the product of
       // 1 / num_children over the inner nodes on the way down to it.
-      return loop(K, {zero}, [&](Value m, ValueRange a) {
+      return ix.range(preFirst, preEnd, {zero}, [&](Value p, ValueRange a) {
+        Value m = ix.idx(t.preNode, p);
         Value leaf = b.create<arith::CmpFOp>(
             e.loc, arith::CmpFPredicate::OEQ,
             atNode(tm.getNumChildren(), m), zero);
@@ -1249,41 +1492,25 @@ private:
       Value init = k == PathReduceKind::SubtreeMax
                        ? e.fconst(-std::numeric_limits<double>::infinity())
                        : zero;
-      auto acc = loop(B, {init, zero}, [&](Value s, ValueRange a) {
-        // A sequence's leaf is the node of its last token; an empty sequence
-        // (the runtime allows them) has none and is skipped.
-        Value first = e.loadI32AsI64(kSeqOffsets, s);
-        Value last = b.create<arith::SubIOp>(
-            e.loc,
-            e.loadI32AsI64(kSeqOffsets,
-                           b.create<arith::AddIOp>(e.loc, s, e.i64(1))),
-            e.i64(1));
-        Value nonEmpty = cmpI(arith::CmpIPredicate::sge, last, first);
-        auto ifOp = b.create<scf::IfOp>(e.loc, TypeRange{e.ft, e.ft},
-                                        nonEmpty, /*withElseRegion=*/true);
-        {
-          OpBuilder::InsertionGuard g(b);
-          b.setInsertionPointToStart(&ifOp.getThenRegion().front());
-          Value leaf = e.loadI32AsI64(kTokenNode, last);
-          Value match = k == PathReduceKind::LeafMean
-                            ? cmpI(arith::CmpIPredicate::eq, leaf, node)
-                            : walkUp(leaf, Value()).first;
-          Value x = e.loadBuffer(pr.getOperand(), s);
-          Value next =
-              k == PathReduceKind::SubtreeMax
-                  ? Value(b.create<arith::MaximumFOp>(e.loc, a[0], x))
-                  : Value(b.create<arith::AddFOp>(e.loc, a[0], x));
-          b.create<scf::YieldOp>(
-              e.loc,
-              ValueRange{
-                  b.create<arith::SelectOp>(e.loc, match, next, a[0]),
-                  b.create<arith::SelectOp>(
-                      e.loc, match, b.create<arith::AddFOp>(e.loc, a[1], one),
-                      a[1])});
-          b.setInsertionPointToStart(&ifOp.getElseRegion().front());
-          b.create<scf::YieldOp>(e.loc, ValueRange{a[0], a[1]});
-        }
-        return SmallVector<Value>{ifOp.getResult(0), ifOp.getResult(1)};
+      // The sequences whose leaf is this node (leaf_mean), or any node of
+      // its subtree (positions [preFirst, preEnd)); empty sequences have no
+      // leaf and are in neither.
+      Value lo = ix.startOf(t.seqEnd, preFirst);
+      Value last = k == PathReduceKind::LeafMean
+                       ? preFirst
+                       : ix.sub(preEnd, ix.e.i64(1));
+      Value some = ix.cmpI(arith::CmpIPredicate::slt, preFirst, preEnd);
+      Value safeLast = b.create<arith::SelectOp>(e.loc, some, last, preFirst);
+      Value hi = b.create<arith::SelectOp>(e.loc, some,
+                                           ix.idx(t.seqEnd, safeLast), lo);
+      auto acc = ix.range(lo, hi, {init, zero}, [&](Value i, ValueRange a) {
+        Value s = ix.idx(t.seqByPre, i);
+        Value x = e.loadBuffer(pr.getOperand(), s);
+        Value next = k == PathReduceKind::SubtreeMax
+                         ? Value(b.create<arith::MaximumFOp>(e.loc, a[0], x))
+                         : Value(b.create<arith::AddFOp>(e.loc, a[0], x));
+        return SmallVector<Value>{
+            next, b.create<arith::AddFOp>(e.loc, a[1], one)};
       });
       if (k == PathReduceKind::SubtreeSum)
         return acc[0];
@@ -1302,6 +1529,8 @@ private:
 
   Emitter &e;
   OpBuilder &b;
+  IndexOps ix;
+  const Abi::TreeScratch &t;
   KernelOp kernel;
   const Abi &abi;
   ArrayRef<std::pair<Value, unsigned>> stores;
@@ -1389,6 +1618,19 @@ struct LowerKernelsPass
       if (kernel.getGrid() == Domain::Node)
         abi.needsTree = true;
     }
+    if (abi.needsTree) {
+      auto nodeBuf = [&] { return newScratch(Domain::Node); };
+      Abi::TreeScratch t;
+      t.childEnd = nodeBuf();
+      t.children = nodeBuf();
+      t.order = nodeBuf();
+      t.size = nodeBuf();
+      t.pre = nodeBuf();
+      t.preNode = nodeBuf();
+      t.seqEnd = nodeBuf();
+      t.seqByPre = newScratch(Domain::Seq);
+      abi.tree = t;
+    }
     for (auto &b : abi.buffers)
       abi.args.push_back({b.name, ArgKind::Ptr});
     for (auto p : body.getOps<ParamOp>()) {
@@ -1419,6 +1661,22 @@ struct LowerKernelsPass
     }
 
     llvm::json::Array kernelsJson;
+    if (abi.tree) {
+      std::string name = est.getSymName().str() + "_tree";
+      auto emitTree = [&](OpBuilder &ib, ArrayRef<Value> args, Value unit) {
+        Emitter em(ib, loc, ft, args, abi);
+        TreeBuilder(em, *abi.tree).emit(unit);
+      };
+      if (target == "cpu")
+        emitCpuFunction(b, loc, name, abi, ft, emitTree);
+      else
+        emitGpuFunction(gpuModule, loc, name, abi, ft, emitTree);
+      llvm::json::Object k;
+      k["name"] = name;
+      k["grid"] = "node";
+      k["block"] = blockSize.getValue();
+      kernelsJson.push_back(std::move(k));
+    }
     for (auto kernel : body.getOps<KernelOp>()) {
       std::string name = est.getSymName().str() + "_k" +
                          std::to_string(kernel.getIndex());
