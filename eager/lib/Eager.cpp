@@ -332,7 +332,8 @@ private:
                torch::where(ok, x, torch::zeros_like(x)));
   }
 
-  /// The tree operations, level by level or over a [B, K] path membership.
+  /// The tree operations, level by level (nodes, or sequences up their
+  /// paths).
   torch::Tensor evalTree(Operation *op, torch::ScalarType rt) {
     auto opts = torch::TensorOptions().dtype(rt);
     torch::Tensor parent = pb.nodeParent;
@@ -379,33 +380,30 @@ private:
     torch::Tensor x = get(pr.getOperand()).expand({B});
     torch::Tensor last = (pb.lengths - 1).unsqueeze(1);
     torch::Tensor leaf = pb.tokenNode.gather(1, last).squeeze(1); // [B]
-    torch::Tensor member = torch::zeros({B, K}, torch::kBool);
-    torch::Tensor rows = torch::arange(B, parent.options());
-    if (pr.getKind() == PathReduceKind::LeafMean) {
-      member.index_put_({rows, leaf}, true);
-    } else {
-      torch::Tensor a = leaf.clone();
-      for (int64_t i = 0; i <= K && (a >= 0).any().item<bool>(); ++i) {
-        torch::Tensor on = a >= 0;
-        member.index_put_({rows.masked_select(on), a.masked_select(on)}, true);
-        a = torch::where(on, parent.index_select(0, a.clamp_min(0)), a);
-      }
+    // Each sequence's value goes to its leaf (leaf_mean) or to every node
+    // on the path from its leaf to the root, one level per step: O(B *
+    // depth), not a [B, K] membership matrix.
+    torch::Tensor sum = torch::zeros({K}, opts), cnt = torch::zeros({K}, opts);
+    torch::Tensor mx = torch::full(
+        {K}, -std::numeric_limits<double>::infinity(), opts);
+    torch::Tensor a = leaf.clone();
+    torch::Tensor xs = x.to(rt);
+    const bool leafOnly = pr.getKind() == PathReduceKind::LeafMean;
+    for (int64_t i = 0; i <= K && (a >= 0).any().item<bool>(); ++i) {
+      torch::Tensor on = a >= 0;
+      torch::Tensor at = a.masked_select(on), v = xs.masked_select(on);
+      sum.index_add_(0, at, v);
+      cnt.index_add_(0, at, torch::ones_like(v));
+      mx = mx.scatter_reduce(0, at, v, "amax", /*include_self=*/true);
+      if (leafOnly)
+        break;
+      a = torch::where(on, parent.index_select(0, a.clamp_min(0)), a);
     }
-    torch::Tensor m = member.to(rt);
-    torch::Tensor cnt = m.sum(0);
-    torch::Tensor sum = (m * x.unsqueeze(1)).sum(0);
     switch (pr.getKind()) {
     case PathReduceKind::SubtreeSum:
       return sum;
-    case PathReduceKind::SubtreeMax: {
-      torch::Tensor neg = torch::full({B, K},
-                                      -std::numeric_limits<double>::infinity(),
-                                      opts);
-      torch::Tensor mx = torch::where(member, x.unsqueeze(1).expand({B, K}),
-                                      neg)
-                             .amax(0);
+    case PathReduceKind::SubtreeMax:
       return torch::where(cnt > 0, mx, torch::zeros_like(mx));
-    }
     default:
       return meanOr0(sum, cnt);
     }
