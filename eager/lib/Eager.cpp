@@ -394,7 +394,19 @@ private:
       torch::Tensor at = a.masked_select(on), v = xs.masked_select(on);
       sum.index_add_(0, at, v);
       cnt.index_add_(0, at, torch::ones_like(v));
-      mx = mx.scatter_reduce(0, at, v, "amax", /*include_self=*/true);
+      if (pr.getKind() == PathReduceKind::SubtreeMax) {
+        // A max per node over this level's entries (torch's scatter_reduce
+        // would do it, but 1.13 prints a "beta" warning on first use).
+        torch::Tensor vd = v.to(torch::kDouble).contiguous();
+        torch::Tensor ad = at.contiguous();
+        torch::Tensor md = mx.to(torch::kDouble).contiguous();
+        auto va = vd.accessor<double, 1>();
+        auto aa = ad.accessor<int64_t, 1>();
+        auto ma = md.accessor<double, 1>();
+        for (int64_t j = 0; j < va.size(0); ++j)
+          ma[aa[j]] = std::max(ma[aa[j]], va[j]);
+        mx = md.to(rt);
+      }
       if (leafOnly)
         break;
       a = torch::where(on, parent.index_select(0, a.clamp_min(0)), a);
