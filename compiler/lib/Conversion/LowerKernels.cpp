@@ -630,8 +630,8 @@ private:
   /// index. An LSD radix sort of (key, position) pairs per sequence, one byte
   /// of the key per pass (4 passes in f32, 8 in f64), O(T) per pass:
   ///   key  d = the float's bits, ordered so that a larger x gives a smaller
-  ///        unsigned d (-0.0 is made +0.0 first, so the two tie; NaN sorts
-  ///        before +inf, as in torch.sort(descending=True));
+  ///        unsigned d (-0.0 is made +0.0 first, so the two tie; every NaN
+  ///        +NaN, which sorts before +inf, as in torch.sort(descending=True));
   ///   one loop writes K = d (in the rank's own buffer), P[t] = t - start and
   ///   the byte histograms of every pass (a [passes x 256] i32 array on the
   ///   stack, zeroed per sequence);
@@ -708,6 +708,14 @@ private:
       Value t = at(i);
       Value x = evalTok(rank.getInput(), t);
       x = b.create<arith::AddFOp>(loc, x, e.fconst(0.0)); // -0.0 -> +0.0
+      // Every NaN (x86's default NaN has the sign bit set) as +NaN, which
+      // sorts before +inf.
+      Value isNan =
+          b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::UNO, x, x);
+      Value qnan = b.create<arith::ConstantOp>(
+          loc, b.getFloatAttr(e.ft, APFloat::getQNaN(
+                                        cast<FloatType>(e.ft).getFloatSemantics())));
+      x = b.create<arith::SelectOp>(loc, isNan, qnan, x);
       Value raw = b.create<arith::BitcastOp>(loc, it, x);
       Value neg = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, raw,
                                           iconst(it, 0));
