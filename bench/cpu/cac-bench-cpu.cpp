@@ -27,6 +27,7 @@
 #include "cac/Eager/Padded.h"
 #include "cac/Eval/Batch.h"
 #include "cac/Runtime/Kernels/Bundle.h"
+#include "cac/Runtime/Model/CpuKernels.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/Support/MemoryBuffer.h"
@@ -205,8 +206,8 @@ int main(int argc, char **argv) {
   at::set_num_threads(threads);
   double bw = copyBandwidth(iters);
   std::printf("copy bandwidth: %.1f GB/s (read + write, 256 MiB, %d "
-              "threads)\n\n",
-              bw / 1e9, threads);
+              "threads); eager on CPU kernels %s\n\n",
+              bw / 1e9, threads, cac::rt::cpuKernelSet().c_str());
   std::printf("| method | B x T | kernels | eager ms | loop ms | compiled ms | "
               "eager / compiled | loop / compiled | bytes/token | compiled "
               "GB/s | of copy bw | max abs diff |\n");
