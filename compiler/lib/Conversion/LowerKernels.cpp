@@ -318,6 +318,76 @@ void eraseImplicitYield(scf::ForOp forOp) {
     body->back().erase();
 }
 
+/// Helpers shared by the rank sort and the tree kernels: indices stored as
+/// floats in scratch buffers, loops over ranges, conditionals.
+class IndexOps {
+public:
+  explicit IndexOps(Emitter &e) : e(e), b(e.b) {}
+
+  Value idx(unsigned buf, Value i) {
+    return b.create<arith::FPToSIOp>(e.loc, b.getI64Type(),
+                                     e.load(e.args[buf], i, e.ft));
+  }
+  void setIdx(unsigned buf, Value i, Value v) {
+    e.store(e.toFloat(v), e.args[buf], i);
+  }
+  Value cmpI(arith::CmpIPredicate p, Value x, Value y) {
+    return b.create<arith::CmpIOp>(e.loc, p, x, y);
+  }
+  Value add(Value x, Value y) { return b.create<arith::AddIOp>(e.loc, x, y); }
+  Value sub(Value x, Value y) { return b.create<arith::SubIOp>(e.loc, x, y); }
+  /// for i in [lo, hi): accs = step(i, accs).
+  SmallVector<Value>
+  range(Value lo, Value hi, ValueRange inits,
+        llvm::function_ref<SmallVector<Value>(Value, ValueRange)> step) {
+    auto f = b.create<scf::ForOp>(e.loc, lo, hi, e.i64(1), inits);
+    eraseImplicitYield(f);
+    {
+      OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(f.getBody());
+      b.create<scf::YieldOp>(e.loc,
+                             step(f.getInductionVar(), f.getRegionIterArgs()));
+    }
+    return SmallVector<Value>(f.getResults().begin(), f.getResults().end());
+  }
+  void each(Value lo, Value hi, llvm::function_ref<void(Value)> body) {
+    range(lo, hi, {}, [&](Value i, ValueRange) {
+      body(i);
+      return SmallVector<Value>{};
+    });
+  }
+  void when(Value cond, llvm::function_ref<void()> body) {
+    auto ifOp = b.create<scf::IfOp>(e.loc, cond, /*withElse=*/false);
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(&ifOp.getThenRegion().front());
+    body();
+  }
+  /// cond ? thenFn() : elseFn(), each yielding one i64 (only the taken
+  /// branch runs, so it may load where the other may not).
+  Value ifElse(Value cond, llvm::function_ref<Value()> thenFn,
+               llvm::function_ref<Value()> elseFn) {
+    auto ifOp = b.create<scf::IfOp>(e.loc, TypeRange{b.getI64Type()}, cond,
+                                    /*withElse=*/true);
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(&ifOp.getThenRegion().front());
+    b.create<scf::YieldOp>(e.loc, thenFn());
+    b.setInsertionPointToStart(&ifOp.getElseRegion().front());
+    b.create<scf::YieldOp>(e.loc, elseFn());
+    return ifOp.getResult(0);
+  }
+  /// The start of entry k of a CSR whose ends are in `ends`: ends[k - 1],
+  /// 0 for k = 0.
+  Value startOf(unsigned ends, Value k) {
+    Value first = cmpI(arith::CmpIPredicate::eq, k, e.i64(0));
+    Value prev = b.create<arith::SelectOp>(e.loc, first, e.i64(0),
+                                           sub(k, e.i64(1)));
+    return b.create<arith::SelectOp>(e.loc, first, e.i64(0), idx(ends, prev));
+  }
+
+  Emitter &e;
+  OpBuilder &b;
+};
+
 bool isElementwise(Operation *op) {
   return isa<BinaryOp, UnaryOp, CmpOp, SelectOp, CastOp>(op);
 }
@@ -661,17 +731,7 @@ private:
     auto iconst = [&](Type t, int64_t v) -> Value {
       return b.create<arith::ConstantOp>(loc, b.getIntegerAttr(t, v));
     };
-    auto forLoop = [&](Value lo, Value hi, ValueRange inits,
-                       function_ref<SmallVector<Value>(Value, ValueRange)>
-                           fill) {
-      auto f = b.create<scf::ForOp>(loc, lo, hi, one, inits);
-      eraseImplicitYield(f);
-      OpBuilder::InsertionGuard g(b);
-      b.setInsertionPointToStart(f.getBody());
-      b.create<scf::YieldOp>(
-          loc, fill(f.getInductionVar(), f.getRegionIterArgs()));
-      return f;
-    };
+    IndexOps ix(e);
     // The histograms: [passes x 256] i32 in the function's entry block (an
     // alloca in the unit loop would grow the stack per unit).
     Value hist;
@@ -698,13 +758,13 @@ private:
       return c;
     };
     // Zeroed histograms.
-    forLoop(zero, e.i64(int64_t(passes) * 256), {},
+    ix.range(zero, e.i64(int64_t(passes) * 256), {},
             [&](Value h, ValueRange) -> SmallVector<Value> {
               e.store(iconst(i32, 0), hist, h);
               return {};
             });
     // Keys, the identity permutation and the histograms of every byte.
-    forLoop(zero, len, {}, [&](Value i, ValueRange) -> SmallVector<Value> {
+    ix.range(zero, len, {}, [&](Value i, ValueRange) -> SmallVector<Value> {
       Value t = at(i);
       Value x = evalTok(rank.getInput(), t);
       x = b.create<arith::AddFOp>(loc, x, e.fconst(0.0)); // -0.0 -> +0.0
@@ -763,14 +823,14 @@ private:
         OpBuilder::InsertionGuard g(b);
         b.setInsertionPointToStart(&pass.getThenRegion().front());
         // Exclusive prefix sums: the byte's first output slot.
-        forLoop(e.i64(int64_t(p) * 256), e.i64(int64_t(p + 1) * 256),
+        ix.range(e.i64(int64_t(p) * 256), e.i64(int64_t(p + 1) * 256),
                 {iconst(i32, 0)},
                 [&](Value h, ValueRange acc) -> SmallVector<Value> {
                   Value c = e.load(hist, h, i32);
                   e.store(acc[0], hist, h);
                   return {b.create<arith::AddIOp>(loc, acc[0], c)};
                 });
-        forLoop(zero, len, {}, [&](Value i, ValueRange) -> SmallVector<Value> {
+        ix.range(zero, len, {}, [&](Value i, ValueRange) -> SmallVector<Value> {
           Value t = at(i);
           Value d = e.load(srcK, t, it);
           Value pos = b.create<arith::ExtSIOp>(loc, b.getI64Type(),
@@ -785,7 +845,7 @@ private:
     }
     // Ranks from the sorted permutation, into the rank's buffer.
     Value sorted = b.create<arith::SelectOp>(loc, flipped, permB, permA);
-    forLoop(zero, len, {}, [&](Value k, ValueRange) -> SmallVector<Value> {
+    ix.range(zero, len, {}, [&](Value k, ValueRange) -> SmallVector<Value> {
       Value p = e.load(sorted, at(k), e.ft);
       Value pos = b.create<arith::FPToSIOp>(loc, b.getI64Type(), p);
       e.store(e.toFloat(k), keysA, at(pos));
@@ -1121,76 +1181,6 @@ private:
 // node kernels
 //===----------------------------------------------------------------------===//
 
-/// Helpers shared by the tree kernels: indices stored as floats in
-/// scratch buffers, loops over ranges, conditionals without results.
-class IndexOps {
-public:
-  explicit IndexOps(Emitter &e) : e(e), b(e.b) {}
-
-  Value idx(unsigned buf, Value i) {
-    return b.create<arith::FPToSIOp>(e.loc, b.getI64Type(),
-                                     e.load(e.args[buf], i, e.ft));
-  }
-  void setIdx(unsigned buf, Value i, Value v) {
-    e.store(e.toFloat(v), e.args[buf], i);
-  }
-  Value cmpI(arith::CmpIPredicate p, Value x, Value y) {
-    return b.create<arith::CmpIOp>(e.loc, p, x, y);
-  }
-  Value add(Value x, Value y) { return b.create<arith::AddIOp>(e.loc, x, y); }
-  Value sub(Value x, Value y) { return b.create<arith::SubIOp>(e.loc, x, y); }
-  /// for i in [lo, hi): accs = step(i, accs).
-  SmallVector<Value>
-  range(Value lo, Value hi, ValueRange inits,
-        llvm::function_ref<SmallVector<Value>(Value, ValueRange)> step) {
-    auto f = b.create<scf::ForOp>(e.loc, lo, hi, e.i64(1), inits);
-    eraseImplicitYield(f);
-    {
-      OpBuilder::InsertionGuard g(b);
-      b.setInsertionPointToStart(f.getBody());
-      b.create<scf::YieldOp>(e.loc,
-                             step(f.getInductionVar(), f.getRegionIterArgs()));
-    }
-    return SmallVector<Value>(f.getResults().begin(), f.getResults().end());
-  }
-  void each(Value lo, Value hi, llvm::function_ref<void(Value)> body) {
-    range(lo, hi, {}, [&](Value i, ValueRange) {
-      body(i);
-      return SmallVector<Value>{};
-    });
-  }
-  void when(Value cond, llvm::function_ref<void()> body) {
-    auto ifOp = b.create<scf::IfOp>(e.loc, cond, /*withElse=*/false);
-    OpBuilder::InsertionGuard g(b);
-    b.setInsertionPointToStart(&ifOp.getThenRegion().front());
-    body();
-  }
-  /// cond ? thenFn() : elseFn(), each yielding one i64 (only the taken
-  /// branch runs, so it may load where the other may not).
-  Value ifElse(Value cond, llvm::function_ref<Value()> thenFn,
-               llvm::function_ref<Value()> elseFn) {
-    auto ifOp = b.create<scf::IfOp>(e.loc, TypeRange{b.getI64Type()}, cond,
-                                    /*withElse=*/true);
-    OpBuilder::InsertionGuard g(b);
-    b.setInsertionPointToStart(&ifOp.getThenRegion().front());
-    b.create<scf::YieldOp>(e.loc, thenFn());
-    b.setInsertionPointToStart(&ifOp.getElseRegion().front());
-    b.create<scf::YieldOp>(e.loc, elseFn());
-    return ifOp.getResult(0);
-  }
-  /// The start of entry k of a CSR whose ends are in `ends`: ends[k - 1],
-  /// 0 for k = 0.
-  Value startOf(unsigned ends, Value k) {
-    Value first = cmpI(arith::CmpIPredicate::eq, k, e.i64(0));
-    Value prev = b.create<arith::SelectOp>(e.loc, first, e.i64(0),
-                                           sub(k, e.i64(1)));
-    return b.create<arith::SelectOp>(e.loc, first, e.i64(0), idx(ends, prev));
-  }
-
-  Emitter &e;
-  OpBuilder &b;
-};
-
 /// The bundle's first kernel when it has node kernels: builds Abi::TreeScratch
 /// from `node_parent` and `token_node` in O(K + B). Unit 0 does all the work
 /// (one sequential pass per array; the other units return at once), so on a
@@ -1374,10 +1364,6 @@ private:
     return e.loadBuffer(v, idx);
   }
 
-  Value cmpI(arith::CmpIPredicate p, Value x, Value y) {
-    return b.create<arith::CmpIOp>(e.loc, p, x, y);
-  }
-
   /// Walks from node `from` towards the root until it reaches this unit's
   /// node or passes the root. Returns (reached, weight), the weight being the
   /// product of 1 / nc[parent] over the steps taken (1 without `nc`).
@@ -1391,15 +1377,15 @@ private:
                                     {e.loc, e.loc});
       Value a = before->getArgument(0);
       Value go = b.create<arith::AndIOp>(
-          e.loc, cmpI(arith::CmpIPredicate::sge, a, e.i64(0)),
-          cmpI(arith::CmpIPredicate::ne, a, node));
+          e.loc, ix.cmpI(arith::CmpIPredicate::sge, a, e.i64(0)),
+          ix.cmpI(arith::CmpIPredicate::ne, a, node));
       b.create<scf::ConditionOp>(e.loc, go, before->getArguments());
       Block *after = b.createBlock(&loop.getAfter(), {}, {i64, e.ft},
                                    {e.loc, e.loc});
       Value p = parentOf(after->getArgument(0));
       Value w = after->getArgument(1);
       if (nc) {
-        Value hasParent = cmpI(arith::CmpIPredicate::sge, p, e.i64(0));
+        Value hasParent = ix.cmpI(arith::CmpIPredicate::sge, p, e.i64(0));
         Value safe = b.create<arith::SelectOp>(e.loc, hasParent, p, e.i64(0));
         Value divided =
             b.create<arith::DivFOp>(e.loc, w, atNode(nc, safe));
@@ -1408,23 +1394,8 @@ private:
       b.create<scf::YieldOp>(e.loc, ValueRange{p, w});
     }
     Value reached =
-        cmpI(arith::CmpIPredicate::eq, loop.getResult(0), node);
+        ix.cmpI(arith::CmpIPredicate::eq, loop.getResult(0), node);
     return {reached, loop.getResult(1)};
-  }
-
-  /// for i in [0, n): accs = step(i, accs).
-  SmallVector<Value>
-  loop(Value n, ArrayRef<Value> inits,
-       llvm::function_ref<SmallVector<Value>(Value, ValueRange)> step) {
-    auto f = b.create<scf::ForOp>(e.loc, e.i64(0), n, e.i64(1), inits);
-    eraseImplicitYield(f);
-    {
-      OpBuilder::InsertionGuard g(b);
-      b.setInsertionPointToStart(f.getBody());
-      b.create<scf::YieldOp>(e.loc,
-                             step(f.getInductionVar(), f.getRegionIterArgs()));
-    }
-    return SmallVector<Value>(f.getResults().begin(), f.getResults().end());
   }
 
   Value mean(Value sum, Value count) {
@@ -1463,7 +1434,7 @@ private:
       return e.toFloat(ix.sub(childEnd, childBegin));
     if (auto p = dyn_cast<ParentOp>(op)) {
       Value par = parentOf(node);
-      Value root = cmpI(arith::CmpIPredicate::slt, par, e.i64(0));
+      Value root = ix.cmpI(arith::CmpIPredicate::slt, par, e.i64(0));
       Value safe = b.create<arith::SelectOp>(e.loc, root, node, par);
       Value x = atNode(p.getOperand(), safe);
       return b.create<arith::SelectOp>(e.loc, root, eval(p.getFill()), x);
