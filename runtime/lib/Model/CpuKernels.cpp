@@ -42,7 +42,9 @@ std::string blasCore() {
 } // namespace
 
 std::string cpuKernelSet() {
-  return "ATen " + atenCapability() + ", " + blasCore();
+  // Fixed for the process: both are chosen when the libraries load.
+  static const std::string set = "ATen " + atenCapability() + ", " + blasCore();
+  return set;
 }
 
 } // namespace cac::rt

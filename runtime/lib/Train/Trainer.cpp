@@ -798,13 +798,13 @@ struct Trainer::Impl {
       // Other CPU kernels round differently: the run goes on, but will not
       // match an uninterrupted one bit for bit.
       std::string saved = st.extra.value("cpu_kernels", std::string());
-      if (opts.verbose && !saved.empty() && saved != cpuKernelSet())
+      const std::string here = cpuKernelSet();
+      if (opts.verbose && !saved.empty() && saved != here)
         std::fprintf(stderr,
                      "cac-run: note: checkpoint '%s' was written with CPU "
                      "kernels '%s', this process runs '%s'; the run resumes, "
                      "but will not match an uninterrupted one bit for bit\n",
-                     dir.string().c_str(), saved.c_str(),
-                     cpuKernelSet().c_str());
+                     dir.string().c_str(), saved.c_str(), here.c_str());
       return st.step;
     } catch (const TrainError &) {
       throw;
