@@ -58,15 +58,19 @@ CompiledObjective::run(const TensorMap &inputs, const PackedBatch &batch,
     for (const auto &p : estimator_.manifest().params)
       if (p.name == "aggregation" && p.defaultValue)
         aggregation = int(*p.defaultValue);
-  r.normalizer = normalizer ? *normalizer
-                            : this->normalizer(r.lossCount, batch.numSeqs(),
-                                               aggregation);
-  // Nothing counts: the loss and its gradient are 0.
-  double scale = r.normalizer > 0 ? 1.0 / r.normalizer : 0.0;
-  r.loss = (r.lossSum.sum() * scale).detach();
-  r.grad = (outs.at("grad_" + wrt_) * scale).detach();
   r.outputs = std::move(outs);
+  setNormalizer(r, normalizer ? *normalizer
+                              : this->normalizer(r.lossCount, batch.numSeqs(),
+                                                 aggregation));
   return r;
+}
+
+void CompiledObjective::setNormalizer(Result &r, double normalizer) const {
+  r.normalizer = normalizer;
+  // Nothing counts: the loss and its gradient are 0.
+  double scale = normalizer > 0 ? 1.0 / normalizer : 0.0;
+  r.loss = (r.lossSum.sum() * scale).detach();
+  r.grad = (r.outputs.at("grad_" + wrt_) * scale).detach();
 }
 
 at::Tensor CompiledObjective::surrogate(const at::Tensor &wrtWithGrad,

@@ -203,11 +203,12 @@ uint64_t splitmix64(uint64_t x) {
 
 } // namespace
 
-float rolloutUniform(uint64_t seed, int64_t step, int64_t rollout,
-                     int64_t tokenIndex) {
+float rolloutUniform(uint64_t seed, int64_t step, int64_t prompt,
+                     int64_t stream, int64_t tokenIndex) {
   uint64_t h = splitmix64(seed ^ 0x6361632d726f6c6cULL); // "cac-roll"
   h = splitmix64(h ^ static_cast<uint64_t>(step));
-  h = splitmix64(h ^ static_cast<uint64_t>(rollout));
+  h = splitmix64(h ^ static_cast<uint64_t>(prompt));
+  h = splitmix64(h ^ static_cast<uint64_t>(stream));
   h = splitmix64(h ^ static_cast<uint64_t>(tokenIndex));
   return static_cast<float>(h >> 40) * (1.0f / 16777216.0f); // 24 bits
 }

@@ -37,6 +37,51 @@ void countPath(PlanStats &s, const Rollout &r) {
   s.tokensFlattenedResponse += t;
 }
 
+/// A decoder row's sampling stream: its prompt and the stream's number
+/// within the prompt (PlanContext::uniform).
+struct Stream {
+  int64_t prompt = 0, id = 0;
+};
+
+/// The uniforms of a decoder's rows, row r drawing from stream \p keys[r].
+RowUniforms streamUniforms(const PlanContext &ctx,
+                           const std::vector<Stream> &keys) {
+  return [&ctx, &keys](int64_t row, int64_t t) {
+    const Stream &s = keys.at(static_cast<size_t>(row));
+    return ctx.uniform(s.prompt, s.id, t);
+  };
+}
+
+/// Runs \p dec until every row finishes (or \p maxSteps steps), drawing
+/// row r's tokens from stream \p keys[r] when ctx.uniform is set, else from
+/// ctx.gen.
+void runRows(const PlanContext &ctx, Decoder &dec,
+             const std::vector<Stream> &keys, int64_t maxSteps = -1) {
+  if (ctx.uniform)
+    dec.run(streamUniforms(ctx, keys), maxSteps);
+  else
+    dec.run(*ctx.gen, maxSteps);
+}
+
+/// One decoding step of \p dec, drawing as runRows() does.
+void stepRows(const PlanContext &ctx, Decoder &dec,
+              const std::vector<Stream> &keys) {
+  if (ctx.uniform)
+    dec.step(streamUniforms(ctx, keys));
+  else
+    dec.step(*ctx.gen);
+}
+
+/// Streams 0..times-1 of each of \p count prompts, prompt-major (the rows of
+/// repeatEach(count, times)).
+std::vector<Stream> samplesOfEach(size_t count, int64_t times) {
+  std::vector<Stream> keys;
+  for (size_t i = 0; i < count; ++i)
+    for (int64_t k = 0; k < times; ++k)
+      keys.push_back({static_cast<int64_t>(i), k});
+  return keys;
+}
+
 std::vector<int64_t> repeatEach(size_t count, int64_t times) {
   std::vector<int64_t> rows;
   for (size_t i = 0; i < count; ++i)
@@ -74,11 +119,14 @@ RolloutBatch sampleGroups(const PlanContext &ctx,
                           const std::vector<std::vector<int64_t>> &prompts,
                           int64_t n) {
   RolloutBatch out;
-  std::vector<GeneratedSequence> gen =
-      ctx.uniforms ? generate(ctx.model, prompts, ctx.options, ctx.uniforms,
-                              ctx.tokenizer, n)
-                   : generate(ctx.model, prompts, ctx.options, *ctx.gen,
-                              ctx.tokenizer, n);
+  std::vector<GeneratedSequence> gen;
+  if (ctx.uniform)
+    gen = generate(
+        ctx.model, prompts, ctx.options,
+        [&](int64_t row, int64_t t) { return ctx.uniform(row / n, row % n, t); },
+        ctx.tokenizer, n);
+  else
+    gen = generate(ctx.model, prompts, ctx.options, *ctx.gen, ctx.tokenizer, n);
   out.stats.tokensComputed = promptTokens(prompts);
   for (size_t i = 0; i < gen.size(); ++i) {
     out.rolls.push_back(toRollout(ctx, gen[i], static_cast<int64_t>(i) / n));
@@ -103,7 +151,7 @@ RolloutBatch sampleChain(const PlanContext &ctx,
   root.start(prompts);
   st.tokensComputed += promptTokens(prompts);
   Decoder dec = root.fork(repeatEach(prompts.size(), spec.n));
-  dec.run(*ctx.gen);
+  runRows(ctx, dec, samplesOfEach(prompts.size(), spec.n));
   for (size_t i = 0; i < dec.size(); ++i) {
     out.rolls.push_back(
         toRollout(ctx, dec.sequence(i), static_cast<int64_t>(i) / spec.n));
@@ -122,6 +170,9 @@ RolloutBatch sampleChain(const PlanContext &ctx,
                              " rollouts, expected " +
                              std::to_string(out.rolls.size()));
   std::vector<int64_t> rows, keep, offsets(out.rolls.size() + 1, 0);
+  // The continuations' streams: n, n+1, ... within each prompt.
+  std::vector<Stream> mcKeys;
+  std::vector<int64_t> nextStream(prompts.size(), spec.n);
   for (size_t i = 0; i < out.rolls.size(); ++i) {
     int64_t T = static_cast<int64_t>(out.rolls[i].response.size());
     offsets[i + 1] = offsets[i] + T;
@@ -135,6 +186,8 @@ RolloutBatch sampleChain(const PlanContext &ctx,
       for (int64_t k = 0; k < spec.samples; ++k) {
         rows.push_back(static_cast<int64_t>(i));
         keep.push_back(b);
+        int64_t g = out.rolls[i].group;
+        mcKeys.push_back({g, nextStream.at(static_cast<size_t>(g))++});
       }
     }
   }
@@ -146,7 +199,7 @@ RolloutBatch sampleChain(const PlanContext &ctx,
   mc.options().retainFinished = false;
   // forkAt re-feeds each row's last kept token to get its next logits.
   st.tokensComputed += static_cast<int64_t>(rows.size());
-  mc.run(*ctx.gen);
+  runRows(ctx, mc, mcKeys);
   size_t r = 0;
   for (size_t i = 0; i < out.rolls.size(); ++i) {
     for (size_t j = 0; j < out.segStarts[i].size(); ++j) {
@@ -183,21 +236,21 @@ RolloutBatch sampleTree(const PlanContext &ctx,
   // Nodes 0..P-1: the prompts.
   out.nodeParent.assign(static_cast<size_t>(P), -1);
 
-  // Rows of the current depth: their prompt, node and per-token nodes.
+  // Rows of the current depth: their prompt, node, sampling stream (the
+  // node's number within its prompt) and per-token nodes.
   Decoder dec = root.fork(repeatEach(prompts.size(), spec.branches[0]));
-  std::vector<int64_t> group, node;
+  std::vector<int64_t> group, node, nodesOf(prompts.size(), 0);
+  std::vector<Stream> keys;
   std::vector<std::vector<int64_t>> tokNodes;
   for (size_t i = 0; i < dec.size(); ++i) {
     group.push_back(static_cast<int64_t>(i) / spec.branches[0]);
     node.push_back(static_cast<int64_t>(out.nodeParent.size()));
     out.nodeParent.push_back(group.back());
+    keys.push_back({group.back(), nodesOf[group.back()]++});
     tokNodes.emplace_back();
   }
   for (int64_t d = 0; d < D; ++d) {
-    if (d + 1 < D)
-      dec.run(*ctx.gen, spec.segLen);
-    else
-      dec.run(*ctx.gen);
+    runRows(ctx, dec, keys, d + 1 < D ? spec.segLen : -1);
     std::vector<int64_t> grow; // rows that expand at depth d + 1
     for (size_t i = 0; i < dec.size(); ++i) {
       const GeneratedSequence &g = dec.sequence(i);
@@ -222,6 +275,7 @@ RolloutBatch sampleTree(const PlanContext &ctx,
                                "the last depth");
     int64_t w = spec.branches[d + 1];
     std::vector<int64_t> rows, nGroup, nNode;
+    std::vector<Stream> nKeys;
     std::vector<std::vector<int64_t>> nTok;
     for (int64_t i : grow)
       for (int64_t k = 0; k < w; ++k) {
@@ -229,11 +283,13 @@ RolloutBatch sampleTree(const PlanContext &ctx,
         nGroup.push_back(group[i]);
         nNode.push_back(static_cast<int64_t>(out.nodeParent.size()));
         out.nodeParent.push_back(node[i]);
+        nKeys.push_back({group[i], nodesOf[group[i]]++});
         nTok.push_back(tokNodes[i]);
       }
     dec = dec.fork(rows);
     group = std::move(nGroup);
     node = std::move(nNode);
+    keys = std::move(nKeys);
     tokNodes = std::move(nTok);
   }
   // Paths grouped by prompt (the estimator's groups), in a fixed order.
@@ -270,6 +326,8 @@ RolloutBatch sampleForest(const PlanContext &ctx,
   // Per row: its prompt, tree, current node, per-token nodes, and whether
   // it may branch (the first high-entropy position after a delimiter; the
   // response start counts as after one).
+  // A row samples from its node's stream: the node's number within its
+  // prompt.
   struct RowInfo {
     int64_t group, tree, node;
     std::vector<int64_t> tokNodes;
@@ -277,14 +335,22 @@ RolloutBatch sampleForest(const PlanContext &ctx,
   };
   std::vector<int64_t> paths(static_cast<size_t>(P * spec.trees), 1);
   std::vector<RowInfo> info;
-  auto newNode = [&](int64_t parent) {
+  std::vector<int64_t> nodeStream, nodesOf(prompts.size(), 0);
+  auto newNode = [&](int64_t parent, int64_t group) {
     out.nodeParent.push_back(parent);
+    nodeStream.push_back(nodesOf.at(static_cast<size_t>(group))++);
     return static_cast<int64_t>(out.nodeParent.size()) - 1;
+  };
+  auto rowKeys = [&] {
+    std::vector<Stream> keys;
+    for (const RowInfo &ri : info)
+      keys.push_back({ri.group, nodeStream[static_cast<size_t>(ri.node)]});
+    return keys;
   };
   Decoder dec = root.fork(repeatEach(prompts.size(), spec.trees));
   for (size_t i = 0; i < dec.size(); ++i) {
     int64_t g = static_cast<int64_t>(i) / spec.trees;
-    info.push_back({g, static_cast<int64_t>(i), newNode(-1), {}, true});
+    info.push_back({g, static_cast<int64_t>(i), newNode(-1, g), {}, true});
   }
   const double temp = ctx.options.temperature > 0 ? ctx.options.temperature : 1;
   auto endsWithDelimiter = [&](int64_t token) {
@@ -328,7 +394,7 @@ RolloutBatch sampleForest(const PlanContext &ctx,
       for (int64_t c = 0; c < k; ++c) {
         rows.push_back(static_cast<int64_t>(i));
         RowInfo child = ri;
-        child.node = newNode(ri.node);
+        child.node = newNode(ri.node, ri.group);
         child.armed = spec.delimiters.empty() ? true : false;
         next.push_back(std::move(child));
       }
@@ -339,7 +405,7 @@ RolloutBatch sampleForest(const PlanContext &ctx,
     std::vector<size_t> before(dec.size());
     for (size_t i = 0; i < dec.size(); ++i)
       before[i] = dec.sequence(i).tokens.size();
-    dec.step(*ctx.gen);
+    stepRows(ctx, dec, rowKeys());
     for (size_t i = 0; i < dec.size(); ++i) {
       const GeneratedSequence &g = dec.sequence(i);
       if (g.tokens.size() == before[i])
@@ -361,16 +427,21 @@ RolloutBatch sampleForest(const PlanContext &ctx,
   // remaining leaves with linear rollouts from the prompt, each its own
   // one-node tree (estimators.md §6.2, our reconstruction).
   std::vector<int64_t> fillRows, fillNodes;
+  std::vector<Stream> fillKeys;
   for (int64_t t = 0; t < P * spec.trees; ++t)
-    for (int64_t k = paths[static_cast<size_t>(t)]; k < perTree; ++k)
-      fillRows.push_back(t / spec.trees);
+    for (int64_t k = paths[static_cast<size_t>(t)]; k < perTree; ++k) {
+      int64_t g = t / spec.trees;
+      fillRows.push_back(g);
+      fillNodes.push_back(newNode(-1, g));
+      fillKeys.push_back({g, nodeStream.back()});
+    }
   if (!fillRows.empty()) {
     Decoder fill = root.fork(fillRows);
-    fill.run(*ctx.gen);
+    runRows(ctx, fill, fillKeys);
     for (size_t i = 0; i < fill.size(); ++i) {
       const GeneratedSequence &g = fill.sequence(i);
       out.rolls.push_back(toRollout(ctx, g, fillRows[i]));
-      out.tokenNode.emplace_back(g.tokens.size(), newNode(-1));
+      out.tokenNode.emplace_back(g.tokens.size(), fillNodes[i]);
       int64_t t = static_cast<int64_t>(g.tokens.size());
       st.tokensComputed += t;
       st.tokensSampled += t;

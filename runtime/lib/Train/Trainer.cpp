@@ -433,12 +433,6 @@ struct Trainer::Impl {
   /// estimator's weight (docs/training.md).
   bool loadObjective(DiagnosticEngine &diag) {
     const EstimatorSpec &spec = *cfg.objective.compiled;
-    if (dist()) {
-      diag.error(cfg.objective.loc,
-                 "a compiled objective runs with one worker for now (the "
-                 "global normaliser of its own mask is not reduced yet)");
-      return false;
-    }
     if (opts.compiler.empty()) {
       diag.error(spec.loc, "no `cac` compiler to compile '" +
                                spec.path.string() +
@@ -454,10 +448,12 @@ struct Trainer::Impl {
     fs::path bundles = cfg.out / "bundles";
     fs::create_directories(bundles);
     fs::path target = bundles / ("objective-" + spec.path.stem().string());
-    int rc = runProcess({opts.compiler.string(), "compile",
-                         spec.path.string(), "-o",
-                         (target.string() + ".ptx"), "--bundle",
-                         target.string()});
+    // Rank 0 compiles; the other workers load its bundle.
+    int rc = 0;
+    if (writer())
+      rc = runProcess({opts.compiler.string(), "compile", spec.path.string(),
+                       "-o", (target.string() + ".ptx"), "--bundle",
+                       target.string()});
     if (rc != 0) {
       diag.error(spec.loc, "compiling '" + spec.path.string() + "' with '" +
                                opts.compiler.string() +
@@ -465,6 +461,8 @@ struct Trainer::Impl {
                                ")");
       return false;
     }
+    if (dist())
+      dist()->barrier();
     try {
       objective.emplace(Bundle::load(target.string()));
     } catch (const std::exception &e) {
@@ -537,17 +535,6 @@ struct Trainer::Impl {
     fs::create_directories(cfg.out);
     if (!loadEstimator(diag))
       return false;
-    if (dist() && (cfg.rollout.kind != RolloutSpec::Kind::Group ||
-                   hasWeight || hasValueWeight || promptCritic)) {
-      // Not yet: sharding tree/chain/forest plans, and the masked and
-      // prompt-level losses' global normalisers.
-      diag.error(cfg.rollout.loc.valid() ? cfg.rollout.loc : cfg.estimator.loc,
-                 "data-parallel training (--workers/--gpus) supports the "
-                 "group plan with estimators that output no weight or "
-                 "value_weight and a token critic (or none); run this file "
-                 "with one worker");
-      return false;
-    }
     if (cfg.kl.kind != KlSpec::Kind::None && cfg.kl.coef > 0)
       needReference = true;
     if (cfg.objective.compiled && !loadObjective(diag))
@@ -1071,20 +1058,23 @@ struct Trainer::Impl {
     return starts;
   }
 
+  /// Samples the step's rollouts of \p prompts, the global batch's prompts
+  /// [p0, p0 + prompts.size()).
   RolloutBatch sampleRollouts(const std::vector<Problem> &problems,
                               const std::vector<std::vector<int64_t>> &prompts,
-                              int64_t rlIndex, int64_t g0) {
+                              int64_t rlIndex, int64_t p0) {
     PlanContext ctx;
     ctx.model = policy;
     ctx.options = samplingOptions(false);
     ctx.tokenizer = tokenizer.get();
     ctx.gen = &sampleGen;
     if (dist()) {
-      // Each token's uniform is a function of (seed, step, global rollout,
-      // position), so the rollouts do not depend on the worker count.
+      // Each token's uniform is a function of (seed, step, global prompt,
+      // stream, position), so the rollouts do not depend on the worker
+      // count.
       const uint64_t seed = cfg.seed;
-      ctx.uniforms = [=](int64_t row, int64_t t) {
-        return rolloutUniform(seed, rlIndex, g0 + row, t);
+      ctx.uniform = [=](int64_t prompt, int64_t stream, int64_t t) {
+        return rolloutUniform(seed, rlIndex, p0 + prompt, stream, t);
       };
     }
     ctx.reward = [&](int64_t g, const std::string &text) {
@@ -1111,10 +1101,25 @@ struct Trainer::Impl {
     return sampleGroups(ctx, prompts, r.n);
   }
 
-  /// Token accounting of the step's plan (docs/training.md).
-  void addPlanStats(json &row, const PlanStats &st) const {
+  /// Token accounting of the step's plan (docs/training.md); the global
+  /// batch's when data-parallel.
+  void addPlanStats(json &row, PlanStats st) {
     if (cfg.rollout.kind == RolloutSpec::Kind::Group)
       return;
+    if (dist()) {
+      std::vector<double> v{double(st.tokensComputed),
+                            double(st.tokensFlattened),
+                            double(st.tokensSampled),
+                            double(st.tokensFlattenedResponse),
+                            double(st.nodes), double(st.leaves)};
+      reduceSum(v);
+      st.tokensComputed = std::llround(v[0]);
+      st.tokensFlattened = std::llround(v[1]);
+      st.tokensSampled = std::llround(v[2]);
+      st.tokensFlattenedResponse = std::llround(v[3]);
+      st.nodes = std::llround(v[4]);
+      st.leaves = std::llround(v[5]);
+    }
     row["tokens_computed"] = st.tokensComputed;
     row["tokens_flattened"] = st.tokensFlattened;
     row["compute_ratio"] = st.tokensFlattened > 0
@@ -1139,13 +1144,12 @@ struct Trainer::Impl {
 
     // 1. Rollouts.
     auto tg = Clock::now();
-    // Data-parallel (group plan only): this rank takes the prompts
-    // [p0, p0 + P) of the global batch of GP prompts, whole groups, so group
-    // statistics stay local; rollout g0 + i of the global batch is this
-    // rank's rollout i.
-    const int64_t GP = cfg.prompts, n = cfg.rollout.n, GB = GP * n;
+    // Data-parallel: this rank takes the prompts [p0, p0 + P) of the global
+    // batch of GP prompts with every rollout of each (whole groups, chains,
+    // trees), so the estimator's groups and trees stay local.
+    const int64_t GP = cfg.prompts;
     auto [p0, p1] = shardRange(GP, rank(), worldSize());
-    const int64_t P = p1 - p0, g0 = p0 * n;
+    const int64_t P = p1 - p0;
     std::vector<Problem> problems;
     std::vector<std::vector<int64_t>> prompts;
     for (int64_t i = 0; i < P; ++i) {
@@ -1155,7 +1159,7 @@ struct Trainer::Impl {
       prompts.push_back(encodePrompt(problems.back()));
     }
     policy->eval();
-    RolloutBatch plan = sampleRollouts(problems, prompts, rlIndex, g0);
+    RolloutBatch plan = sampleRollouts(problems, prompts, rlIndex, p0);
     std::vector<Rollout> &rolls = plan.rolls;
     int64_t B = static_cast<int64_t>(rolls.size());
     double rewardSum = 0, correct = 0, entSum = 0;
@@ -1168,17 +1172,9 @@ struct Trainer::Impl {
       tokens += static_cast<int64_t>(r.response.size());
     }
     const int64_t numPaths = B;
-    addPlanStats(row, plan.stats);
+    double paths = static_cast<double>(numPaths); // the global batch's
     double timeGen = seconds(tg);
-    // Every rank needs the global batch's response lengths (minibatch
-    // token counts): each fills its own rollouts, the sum gathers them.
-    std::vector<double> globalLen;
-    if (dist()) {
-      globalLen.assign(GB, 0.0);
-      for (int64_t i = 0; i < B; ++i)
-        globalLen[g0 + i] = static_cast<double>(rolls[i].response.size());
-      reduceSum(globalLen);
-    }
+    addPlanStats(row, plan.stats);
 
     // Rollout-time values and reference log-probabilities (scoring).
     auto ts = Clock::now();
@@ -1218,14 +1214,57 @@ struct Trainer::Impl {
       if (weight.defined())
         weight = at::tensor(sampled[1], at::kFloat);
       rt = rolloutTensors(rolls);
-      row["node_samples"] = B;
     }
     std::vector<int64_t> lengths;
     for (const Rollout &r : rolls)
       lengths.push_back(static_cast<int64_t>(r.response.size()));
+    // Token offsets of each rollout in the packed arrays.
+    std::vector<int64_t> offsets(B + 1, 0);
+    for (int64_t i = 0; i < B; ++i)
+      offsets[i + 1] = offsets[i] + lengths[i];
     at::Tensor oldLogp = rt.oldLogp, oldValues = rt.oldValues,
                refLogp = rt.refLogp;
     double timeEst = seconds(te);
+
+    // Data-parallel: the global batch is the workers' samples in rank order
+    // (worker r holds a contiguous run of prompts, so this is the order of
+    // one process), sample g0 + i being this worker's sample i. Every worker
+    // needs each sample's tokens and sums of weight and value_weight (the
+    // minibatches' normalisers): each fills its own, the sums gather them.
+    int64_t g0 = 0, GB = B;
+    std::vector<double> perSample; // [GB][tokens, weight, value_weight]
+    if (dist()) {
+      std::vector<double> counts(static_cast<size_t>(worldSize()), 0.0);
+      counts[static_cast<size_t>(rank())] = static_cast<double>(B);
+      reduceSum(counts);
+      GB = 0;
+      for (int r = 0; r < worldSize(); ++r) {
+        int64_t c = std::llround(counts[static_cast<size_t>(r)]);
+        g0 += r < rank() ? c : 0;
+        GB += c;
+      }
+      perSample.assign(static_cast<size_t>(3 * GB), 0.0);
+      auto sums = [&](const at::Tensor &x, int column) {
+        if (!x.defined())
+          return;
+        at::Tensor c = x.to(at::kDouble).contiguous();
+        const double *p = c.data_ptr<double>();
+        for (int64_t i = 0; i < B; ++i) {
+          double s = 0;
+          for (int64_t t = offsets[i]; t < offsets[i + 1]; ++t)
+            s += p[t];
+          perSample[static_cast<size_t>(3 * (g0 + i) + column)] = s;
+        }
+      };
+      for (int64_t i = 0; i < B; ++i)
+        perSample[static_cast<size_t>(3 * (g0 + i))] =
+            static_cast<double>(lengths[i]);
+      sums(weight, 1);
+      sums(valueWeight, 2);
+      reduceSum(perSample);
+    }
+    if (cfg.rollout.kind == RolloutSpec::Kind::Tree)
+      row["node_samples"] = GB;
     if (!dist()) {
       row["adv_mean"] = adv.numel() > 0 ? adv.mean().item<double>() : 0.0;
       row["adv_std"] = adv.numel() > 1 ? adv.std().item<double>() : 0.0;
@@ -1243,14 +1282,25 @@ struct Trainer::Impl {
           N > 1 ? std::max(0.0, (m[1] - N * mean * mean) / (N - 1)) : 0.0;
       row["adv_mean"] = mean;
       row["adv_std"] = std::sqrt(var);
-      if (cfg.whiten)
+      if (cfg.whiten && weight.defined()) {
+        // whitenMasked() over the global batch: the moments of the tokens
+        // whose weight is nonzero.
+        at::Tensor sel = adv.masked_select(weight != 0).to(at::kDouble);
+        std::vector<double> w{sel.sum().item<double>(),
+                              sel.pow(2).sum().item<double>(),
+                              static_cast<double>(sel.numel())};
+        reduceSum(w);
+        double n = w[2], mw = n > 0 ? w[0] / n : 0.0;
+        double vw =
+            n > 1 ? std::max(0.0, (w[1] - n * mw * mw) / (n - 1)) : 0.0;
+        if (n == 1)
+          adv = adv - mw;
+        else if (n > 1)
+          adv = (adv - mw) / std::sqrt(vw + 1e-8);
+      } else if (cfg.whiten) {
         adv = N < 2 ? adv - mean : (adv - mean) / std::sqrt(var + 1e-8);
+      }
     }
-
-    // Token offsets of each rollout in the packed arrays.
-    std::vector<int64_t> offsets(B + 1, 0);
-    for (int64_t i = 0; i < B; ++i)
-      offsets[i + 1] = offsets[i] + lengths[i];
 
     // 3. PPO epochs over minibatches.
     auto tu = Clock::now();
@@ -1265,7 +1315,7 @@ struct Trainer::Impl {
     // (the same permutation on every rank; each takes the rollouts it
     // holds), else this step's rollouts (a tree step may keep fewer node
     // samples than minibatches, or none).
-    const int64_t TB = dist() ? GB : B;
+    const int64_t TB = GB;
     const int64_t M = std::min<int64_t>(cfg.minibatches, TB);
     for (int64_t epoch = 0; epoch < cfg.epochs && TB > 0; ++epoch) {
       at::Tensor perm = at::randperm(TB, shuffleGen, at::kLong);
@@ -1274,11 +1324,15 @@ struct Trainer::Impl {
         int64_t lo = TB * mb / M, hi = TB * (mb + 1) / M;
         std::vector<const Rollout *> rows;
         std::vector<int64_t> tokIdx;
-        double globalTokens = 0;
+        double globalTokens = 0, globalWeight = 0, globalValueWeight = 0;
         for (int64_t k = lo; k < hi; ++k) {
           int64_t i = pa[k] - g0;
-          if (dist())
-            globalTokens += globalLen[pa[k]];
+          if (dist()) {
+            const double *ps = &perSample[static_cast<size_t>(3 * pa[k])];
+            globalTokens += ps[0];
+            globalWeight += ps[1];
+            globalValueWeight += ps[2];
+          }
           if (i < 0 || i >= B)
             continue;
           rows.push_back(&rolls[i]);
@@ -1289,14 +1343,19 @@ struct Trainer::Impl {
         // This rank's share of the minibatch's normaliser (tokens for
         // token-mean, sequences otherwise): its aggregate times the share
         // is its part of the one-process loss.
-        double share = 1.0, tokenDenom = 0;
+        double share = 1.0, seqShare = 1.0, tokenDenom = 0;
         if (dist()) {
           double localTokens = static_cast<double>(tokIdx.size());
           tokenDenom = globalTokens;
+          seqShare = static_cast<double>(nb) / static_cast<double>(hi - lo);
           share = cfg.aggregation == Aggregation::TokenMean
                       ? (globalTokens > 0 ? localTokens / globalTokens : 0.0)
-                      : static_cast<double>(nb) / static_cast<double>(hi - lo);
+                      : seqShare;
           if (nb == 0) { // nothing here; the others' gradients are summed in
+            if (objective) { // the objective's normaliser: nothing from here
+              std::vector<double> none{0.0};
+              reduceSum(none);
+            }
             normSum += optimizerStep();
             ++updates;
             continue;
@@ -1308,6 +1367,18 @@ struct Trainer::Impl {
           at::Tensor r =
               aggregate(x, pd.tokenSeq, nb, cfg.aggregation, normLen);
           return dist() ? r * share : r;
+        };
+        // The same over the tokens that \p w weights: a token mean divides
+        // by the sum of the weights (the minibatch's global sum \p globalW
+        // when data-parallel), the seq-mean modes as agg() does.
+        auto aggMasked = [&](const at::Tensor &x, const at::Tensor &w,
+                             Aggregation mode, double globalW) {
+          if (!dist())
+            return aggregateMasked(x, w, pd.tokenSeq, nb, mode, normLen);
+          if (mode == Aggregation::TokenMean)
+            return (x * w).sum() / std::max(globalW, 1.0);
+          return aggregateMasked(x, w, pd.tokenSeq, nb, mode, normLen) *
+                 seqShare;
         };
         at::Tensor h = policy->forwardHidden(pd.ids, pd.mask);
         at::Tensor logp = gatherResponse(
@@ -1344,14 +1415,20 @@ struct Trainer::Impl {
             throw TrainError(std::string("running the objective: ") +
                              e.what());
           }
+          if (dist()) {
+            // Its own normaliser (counted by its kernels: the tokens it
+            // keeps, or the sequences) summed over the workers.
+            std::vector<double> norm{r.normalizer};
+            reduceSum(norm);
+            objective->setNormalizer(r, norm[0]);
+          }
           pg = CompiledObjective::surrogate(logp, r);
           if (r.outputs.count("clipped"))
             objClipped = r.outputs.at("clipped");
         } else {
           pg = weight.defined()
-                   ? -aggregateMasked(f, weight.index_select(0, ti),
-                                      pd.tokenSeq, nb, cfg.aggregation,
-                                      normLen)
+                   ? -aggMasked(f, weight.index_select(0, ti), cfg.aggregation,
+                                globalWeight)
                    : -agg(f);
         }
         at::Tensor loss = pg;
@@ -1383,15 +1460,15 @@ struct Trainer::Impl {
             }
             vl = bceLoss(at::sigmoid(v.index_select(
                              0, at::tensor(first, at::kLong))),
-                         at::tensor(target, at::kFloat));
+                         at::tensor(target, at::kFloat)) *
+                 seqShare;
           } else if (valueWeight.defined()) {
             // Only the positions the estimator marks (SAPO: segment
             // boundaries) train the critic: a mean over them.
-            vl = aggregateMasked(
-                valueLoss(v, oldValues.index_select(0, ti),
-                          ret.index_select(0, ti), cfg.critic.clip),
-                valueWeight.index_select(0, ti), pd.tokenSeq, nb,
-                Aggregation::TokenMean, normLen);
+            vl = aggMasked(valueLoss(v, oldValues.index_select(0, ti),
+                                     ret.index_select(0, ti), cfg.critic.clip),
+                           valueWeight.index_select(0, ti),
+                           Aggregation::TokenMean, globalValueWeight);
           } else {
             vl = agg(valueLoss(v, oldValues.index_select(0, ti),
                                ret.index_select(0, ti), cfg.critic.clip));
@@ -1425,18 +1502,21 @@ struct Trainer::Impl {
     double timeUpd = seconds(tu);
     if (dist()) {
       // Each rank holds its part of every sum; rank 0 logs the totals.
-      std::vector<double> sums{
-          pgSum,    vlSum,     klSum,   lossSum, clipSum,
-          ratioSum, rewardSum, correct, entSum,  static_cast<double>(tokens)};
+      std::vector<double> sums{pgSum,    vlSum,
+                               klSum,    lossSum,
+                               clipSum,  ratioSum,
+                               rewardSum, correct,
+                               entSum,   static_cast<double>(tokens),
+                               static_cast<double>(numPaths)};
       reduceSum(sums);
       pgSum = sums[0], vlSum = sums[1], klSum = sums[2], lossSum = sums[3];
       clipSum = sums[4], ratioSum = sums[5], rewardSum = sums[6];
       correct = sums[7], entSum = sums[8];
       tokens = static_cast<int64_t>(std::llround(sums[9]));
+      paths = sums[10];
     }
     double u = static_cast<double>(std::max<int64_t>(updates, 1));
     double dt = seconds(t0);
-    const double paths = static_cast<double>(dist() ? GB : numPaths);
     row["reward_mean"] = rewardSum / paths;
     row["acc"] = correct / paths;
     row["loss"] = lossSum / u;

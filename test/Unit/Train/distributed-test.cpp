@@ -66,11 +66,15 @@ protected:
   /// A very small run: 40 SFT steps of 8 (so that some rollouts earn a
   /// reward and the RL gradients are more than rounding noise) and 2 RL
   /// steps of 4 prompts x 4 rollouts.
-  fs::path writeFile(const std::string &estimator, const std::string &extra) {
+  /// \p rollout is the plan, \p critic the critic (none, or GAE's value
+  /// head, when empty).
+  fs::path writeFile(const std::string &estimator, const std::string &extra,
+                     const std::string &rollout = "group(n = 4, max_tokens = 4)",
+                     std::string critic = "") {
     std::string est = (fs::path(bundlesDir()) / estimator).string();
-    std::string critic = estimator == "gae"
-                             ? "critic = value_head(coef = 0.5)\n"
-                             : "critic = none\n";
+    if (critic.empty())
+      critic = estimator == "gae" ? "value_head(coef = 0.5)" : "none";
+    critic = "critic = " + critic + "\n";
     std::string src =
         "train tiny {\n"
         "  model = builtin(\"custom\", hidden = 16, layers = 1, heads = 2, "
@@ -78,7 +82,7 @@ protected:
         "  task = arith(min_level = 1, max_level = 1)\n"
         "  estimator = bundle(\"" +
         est + "\")\n  " + critic +
-        "  rollout = group(n = 4, max_tokens = 4)\n"
+        "  rollout = " + rollout + "\n"
         "  prompts = 4\n"
         "  warm_start = sft(steps = 40, batch = 8, lr = 1e-2)\n"
         "  steps = 2\n"
@@ -206,6 +210,58 @@ TEST_F(DistributedTest, TwoGlooWorkersMatchOneGaeWhitenedSeqMean) {
                              "  epochs = 2\n"
                              "  whiten = true\n"
                              "  aggregation = \"seq-mean-token-mean\"\n"));
+}
+
+// The other plans and the masked losses. Each worker samples whole trees,
+// chains and forests of its prompts, so the estimator's groups and trees stay
+// local; what crosses workers is the normalisers.
+
+TEST_F(DistributedTest, TwoGlooWorkersMatchOneSpoTreeMaskedAndWhitened) {
+  // The tree plan's node samples (their global count differs from the
+  // prompts'), a token mean over the nonzero `weight` and whitening over it.
+  needBundles();
+  compareOneAndTwo(writeFile(
+      "spo_tree", "  minibatches = 2\n  whiten = true\n",
+      "tree(branches = \"2-2-2\", seg_len = 1, max_tokens = 4)"));
+}
+
+TEST_F(DistributedTest, TwoGlooWorkersMatchOneTreeadvForest) {
+  needBundles();
+  compareOneAndTwo(writeFile(
+      "treeadv",
+      "  minibatches = 2\n  aggregation = \"seq-mean-token-sum-norm\"\n",
+      "forest(n = 4, trees = 2, children = 2, tau = 0.2, max_tokens = 4)"));
+}
+
+TEST_F(DistributedTest, TwoGlooWorkersMatchOneSpoChainCompiledObjective) {
+  // Chain rollouts with their Monte-Carlo continuations, and a compiled
+  // objective whose token mean is over its own mask (spo_loss: p <
+  // threshold), counted by its kernels: the workers sum their counts.
+  needBundles();
+  std::string obj =
+      (fs::path(CAC_TEST_SOURCE_DIR) / "stdlib" / "spo_loss.cac").string();
+  compareOneAndTwo(writeFile("spo_chain",
+                             "  minibatches = 2\n  whiten = true\n"
+                             "  objective = \"" +
+                                 obj + "\"\n",
+                             "chain(n = 2, samples = 2, max_tokens = 4)"));
+}
+
+TEST_F(DistributedTest, TwoGlooWorkersMatchOneSapoBoundaryCritic) {
+  // The value loss is a token mean over `value_weight`'s positions.
+  needBundles();
+  compareOneAndTwo(
+      writeFile("sapo",
+                "  minibatches = 2\n  aggregation = \"seq-mean-token-mean\"\n",
+                "group(n = 4, max_tokens = 4)", "value_head(coef = 0.5)"));
+}
+
+TEST_F(DistributedTest, TwoGlooWorkersMatchOneSppoPromptCritic) {
+  // The prompt critic's BCE is a mean over sequences.
+  needBundles();
+  compareOneAndTwo(writeFile("sppo", "  minibatches = 2\n",
+                             "group(n = 2, max_tokens = 4)",
+                             "value_head(coef = 0.5)"));
 }
 
 TEST_F(DistributedTest, ResumeWithWorkersEqualsUninterrupted) {
@@ -353,17 +409,20 @@ TEST(DistributedPieces, ShardsCoverTheRangeInOrder) {
 
 TEST(DistributedPieces, RolloutUniformsArePositional) {
   std::set<float> seen;
-  for (int64_t r = 0; r < 16; ++r)
-    for (int64_t t = 0; t < 16; ++t) {
-      float u = rolloutUniform(7, 3, r, t);
-      EXPECT_GE(u, 0.0f);
-      EXPECT_LT(u, 1.0f);
-      EXPECT_EQ(u, rolloutUniform(7, 3, r, t));
-      seen.insert(u);
-    }
+  for (int64_t p = 0; p < 4; ++p)
+    for (int64_t s = 0; s < 4; ++s)
+      for (int64_t t = 0; t < 16; ++t) {
+        float u = rolloutUniform(7, 3, p, s, t);
+        EXPECT_GE(u, 0.0f);
+        EXPECT_LT(u, 1.0f);
+        EXPECT_EQ(u, rolloutUniform(7, 3, p, s, t));
+        seen.insert(u);
+      }
   EXPECT_GT(seen.size(), 250u); // 256 draws, (almost) all distinct
-  EXPECT_NE(rolloutUniform(7, 3, 0, 0), rolloutUniform(8, 3, 0, 0));
-  EXPECT_NE(rolloutUniform(7, 3, 0, 0), rolloutUniform(7, 4, 0, 0));
+  EXPECT_NE(rolloutUniform(7, 3, 0, 0, 0), rolloutUniform(8, 3, 0, 0, 0));
+  EXPECT_NE(rolloutUniform(7, 3, 0, 0, 0), rolloutUniform(7, 4, 0, 0, 0));
+  // Prompt and stream are not interchangeable.
+  EXPECT_NE(rolloutUniform(7, 3, 1, 2, 0), rolloutUniform(7, 3, 2, 1, 0));
 }
 
 TEST(DistributedPieces, TwoRanksSumGradientsKeepingUndefinedOnes) {

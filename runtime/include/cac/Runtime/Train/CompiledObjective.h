@@ -53,6 +53,13 @@ public:
              const ParamMap &params = {},
              std::optional<double> normalizer = std::nullopt) const;
 
+  /// Divides \p r's loss and gradient by \p normalizer instead of the one
+  /// it was run with (0: nothing counts, both become 0). A data-parallel
+  /// worker runs with its own minibatch normaliser, then sets the sum of
+  /// every worker's (the one-process normaliser), so that the summed
+  /// gradients are the one-process gradient.
+  void setNormalizer(Result &r, double normalizer) const;
+
   /// The normaliser of the aggregation `aggregation` (the parameter's code:
   /// 0 token-mean, 1 seq-mean-token-mean, 2 seq-mean-token-sum,
   /// 3 seq-mean-token-sum-norm): the sum of `lossCount` for token-mean and

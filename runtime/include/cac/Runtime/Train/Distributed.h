@@ -86,12 +86,14 @@ private:
 /// n*(rank+1)/world), contiguous and as even as can be.
 std::pair<int64_t, int64_t> shardRange(int64_t n, int rank, int world);
 
-/// The sampling uniform in [0, 1) of token \p tokenIndex of rollout
-/// \p rollout (its index in the step's global batch) of RL step \p step: a
-/// hash of the four numbers (splitmix64), so that a rollout's tokens do not
-/// depend on which worker generates it or what else is in its batch.
-float rolloutUniform(uint64_t seed, int64_t step, int64_t rollout,
-                     int64_t tokenIndex);
+/// The sampling uniform in [0, 1) of response token \p tokenIndex of stream
+/// \p stream of prompt \p prompt (its index in the step's global batch) at
+/// RL step \p step: a hash of the five numbers (splitmix64), so that a
+/// rollout's tokens do not depend on which worker generates it or what else
+/// is in its batch. A plan numbers the streams of a prompt itself
+/// (PlanContext::uniform: the group plan's samples are streams 0..n-1).
+float rolloutUniform(uint64_t seed, int64_t step, int64_t prompt,
+                     int64_t stream, int64_t tokenIndex);
 
 /// A free TCP port on the loopback interface (the launcher's default
 /// --master-port on one node); throws std::runtime_error if none.

@@ -88,9 +88,15 @@ struct PlanContext {
   SamplingOptions options;
   const Tokenizer *tokenizer = nullptr;
   at::Generator *gen = nullptr;
-  /// When set (data-parallel training, group plan only), the group plan
-  /// samples with these per-(row, position) uniforms instead of `gen`.
-  RowUniforms uniforms;
+  /// When set (data-parallel training), every plan samples with these
+  /// uniforms instead of `gen`: `uniform(prompt, stream, t)` draws response
+  /// token t of stream `stream` of prompt `prompt` (its index in `prompts`).
+  /// Streams are numbered within their prompt in an order that depends only
+  /// on that prompt's own samples (group and chain: the samples 0..n-1, then
+  /// chain's Monte-Carlo continuations; tree and forest: the nodes in
+  /// creation order), so a prompt's rollouts do not depend on which worker
+  /// samples it or on the other prompts of its batch.
+  std::function<float(int64_t prompt, int64_t stream, int64_t t)> uniform;
   /// The reward of a completion of prompt \p group.
   std::function<double(int64_t group, const std::string &text)> reward;
 };
