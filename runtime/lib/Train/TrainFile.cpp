@@ -976,7 +976,7 @@ bool parseRollout(Checker &c, const Value &v, RolloutSpec &r) {
     known = with({"n", "samples"});
   } else if (isCall(v, "tree")) {
     r.kind = RolloutSpec::Kind::Tree;
-    known = with({"branches", "seg_len"});
+    known = with({"branches", "seg_len", "replay_steps", "replay_take"});
   } else if (isCall(v, "forest")) {
     r.kind = RolloutSpec::Kind::Forest;
     known = with({"n", "trees", "children", "tau", "tau_step", "tau_min",
@@ -993,6 +993,8 @@ bool parseRollout(Checker &c, const Value &v, RolloutSpec &r) {
   a.integer("max_tokens", r.maxTokens, 1, 1 << 20);
   a.integer("samples", r.samples, 1, 1024);
   a.integer("seg_len", r.segLen, 1, 1 << 20);
+  a.integer("replay_steps", r.replaySteps, 0, 1 << 20);
+  a.integer("replay_take", r.replayTake, 0, 1 << 20);
   a.integer("trees", r.trees, 1, 4096);
   a.integer("children", r.children, 2, 64);
   a.num("tau", r.tau, 0.0, 100.0);
@@ -1040,6 +1042,14 @@ bool parseRollout(Checker &c, const Value &v, RolloutSpec &r) {
                              "4096 leaves per prompt, got \"" + spec + "\"");
       return false;
     }
+  }
+  if (r.kind == RolloutSpec::Kind::Tree && r.replayTake > 0 &&
+      r.replaySteps == 0) {
+    c.diag().error(a.get("replay_take")->loc,
+                   "'replay_take' of 'tree' caps what the replay buffer trains "
+                   "per question: set 'replay_steps' (how many steps a node "
+                   "sample may wait, e.g. 8) too");
+    ok = false;
   }
   if (r.kind == RolloutSpec::Kind::Forest) {
     if (r.n % r.trees != 0) {

@@ -16,6 +16,7 @@
 #include "cac/Runtime/Train/Metrics.h"
 #include "cac/Runtime/Train/CompiledObjective.h"
 #include "cac/Runtime/Train/Objective.h"
+#include "cac/Runtime/Train/ReplayBuffer.h"
 #include "cac/Runtime/Train/Rollouts.h"
 #include "cac/Runtime/Train/TwoOperandTask.h"
 
@@ -29,6 +30,7 @@
 #include <iostream>
 #include <limits>
 #include <numeric>
+#include <set>
 #include <sstream>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -177,6 +179,9 @@ struct Trainer::Impl {
   std::optional<CompiledObjective> objective;
   ParamMap objectiveParams;
   std::vector<std::string> objectiveInputs;
+  /// SPO-tree's replay buffer (the tree plan; off unless replay_steps > 0):
+  /// this worker's node samples waiting to be trained.
+  ReplayBuffer replay;
 
   std::unique_ptr<torch::optim::AdamW> optimizer;
   std::vector<double> baseLr;
@@ -724,7 +729,35 @@ struct Trainer::Impl {
     return st;
   }
 
+  /// Every worker's replay buffer entries, in rank order (a collective:
+  /// every worker calls it).
+  std::vector<ReplayEntry> gatherReplay() {
+    if (!dist())
+      return replay.entries();
+    std::vector<double> mine = ReplayBuffer::pack(replay.entries());
+    std::vector<double> sizes(static_cast<size_t>(worldSize()), 0.0);
+    sizes[static_cast<size_t>(rank())] = static_cast<double>(mine.size());
+    reduceSum(sizes);
+    size_t total = 0, at = 0;
+    for (int r = 0; r < worldSize(); ++r) {
+      size_t n = static_cast<size_t>(sizes[static_cast<size_t>(r)]);
+      at += r < rank() ? n : 0;
+      total += n;
+    }
+    std::vector<double> all(total, 0.0);
+    std::copy(mine.begin(), mine.end(), all.begin() + static_cast<long>(at));
+    reduceSum(all);
+    return ReplayBuffer::unpack(all);
+  }
+
+  /// Writes the checkpoint (rank 0; every worker calls it, for the replay
+  /// buffer's gather).
   void saveCheckpointNow() {
+    nlohmann::json replayJson;
+    if (replay.enabled())
+      replayJson = ReplayBuffer::toJson(gatherReplay());
+    if (!writer())
+      return;
     bool rl = step >= cfg.sft.steps;
     CheckpointState st = checkpointState(rl);
     st.step = step;
@@ -732,6 +765,8 @@ struct Trainer::Impl {
                 {"sft_steps", cfg.sft.steps},
                 {"elapsed_s", elapsedBefore + seconds(runStart)},
                 {"cpu_kernels", cpuKernelSet()}};
+    if (replay.enabled())
+      st.extra["replay"] = std::move(replayJson);
     if (!std::isnan(evalStart))
       st.extra["eval_acc_rl_start"] = evalStart;
     try {
@@ -782,6 +817,11 @@ struct Trainer::Impl {
       if (st.extra.contains("eval_acc_rl_start"))
         evalStart = st.extra["eval_acc_rl_start"].get<double>();
       elapsedBefore = st.extra.value("elapsed_s", 0.0);
+      // This worker's share of the replay buffer (its prompts' slots).
+      if (replay.enabled() && st.extra.contains("replay")) {
+        auto [lo, hi] = shardRange(cfg.prompts, rank(), worldSize());
+        replay.loadJson(st.extra["replay"], lo, hi);
+      }
       // Other CPU kernels round differently: the run goes on, but will not
       // match an uninterrupted one bit for bit.
       std::string saved = st.extra.value("cpu_kernels", std::string());
@@ -1208,12 +1248,53 @@ struct Trainer::Impl {
       std::vector<Rollout> nodes = nodeSamples(
           plan, per, weight.defined() ? per.back() : std::vector<float>{},
           sampled);
-      rolls = std::move(nodes);
+      // Through the replay buffer (off: this step's samples, in order).
+      std::vector<ReplayEntry> fresh;
+      size_t off = 0;
+      for (Rollout &x : nodes) {
+        ReplayEntry e;
+        size_t T = x.response.size();
+        e.adv.assign(sampled[0].begin() + off, sampled[0].begin() + off + T);
+        if (weight.defined())
+          e.weight.assign(sampled[1].begin() + off,
+                          sampled[1].begin() + off + T);
+        off += T;
+        e.step = rlIndex;
+        e.slot = p0 + x.group;
+        e.sample = std::move(x);
+        fresh.push_back(std::move(e));
+      }
+      replay.add(std::move(fresh));
+      ReplayBuffer::Taken taken = replay.take(rlIndex, cfg.seed);
+      rolls.clear();
+      std::vector<float> advTaken, weightTaken;
+      double ageSum = 0;
+      std::set<std::pair<int64_t, int64_t>> questions;
+      for (ReplayEntry &e : taken.entries) {
+        advTaken.insert(advTaken.end(), e.adv.begin(), e.adv.end());
+        weightTaken.insert(weightTaken.end(), e.weight.begin(), e.weight.end());
+        ageSum += static_cast<double>(rlIndex - e.step);
+        questions.insert({e.step, e.slot});
+        rolls.push_back(std::move(e.sample));
+      }
       B = static_cast<int64_t>(rolls.size());
-      adv = at::tensor(sampled[0], at::kFloat);
+      adv = at::tensor(advTaken, at::kFloat);
       if (weight.defined())
-        weight = at::tensor(sampled[1], at::kFloat);
+        weight = at::tensor(weightTaken, at::kFloat);
       rt = rolloutTensors(rolls);
+      if (replay.enabled()) {
+        // Per step: what waits, what was dropped as too old, how many
+        // questions the trained samples come from and their mean age.
+        std::vector<double> v{static_cast<double>(replay.size()),
+                              static_cast<double>(taken.dropped),
+                              static_cast<double>(questions.size()), ageSum,
+                              static_cast<double>(B)};
+        reduceSum(v);
+        row["replay_size"] = std::llround(v[0]);
+        row["replay_dropped"] = std::llround(v[1]);
+        row["replay_questions"] = std::llround(v[2]);
+        row["replay_age_mean"] = v[4] > 0 ? v[3] / v[4] : 0.0;
+      }
     }
     std::vector<int64_t> lengths;
     for (const Rollout &r : rolls)
@@ -1625,7 +1706,7 @@ struct Trainer::Impl {
         log->append(ev);
         enterRl();
       }
-      if (dueCheckpoint() && writer())
+      if (dueCheckpoint())
         saveCheckpointNow();
     }
     if (S == 0 && step == 0) {
@@ -1672,7 +1753,7 @@ struct Trainer::Impl {
         writePlot(log->rows(), cfg.out / "plot.png");
       if (stopNow())
         return; // as if killed after logging, before the checkpoint
-      if (dueCheckpoint() && writer())
+      if (dueCheckpoint())
         saveCheckpointNow();
     }
     bar->finish();
@@ -1711,6 +1792,9 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options)
     : impl_(std::make_unique<Impl>()) {
   impl_->cfg = std::move(config);
   impl_->opts = std::move(options);
+  if (impl_->cfg.rollout.kind == RolloutSpec::Kind::Tree)
+    impl_->replay = ReplayBuffer(impl_->cfg.rollout.replaySteps,
+                                 impl_->cfg.rollout.replayTake);
 }
 
 Trainer::~Trainer() = default;

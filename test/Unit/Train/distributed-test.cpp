@@ -67,10 +67,11 @@ protected:
   /// reward and the RL gradients are more than rounding noise) and 2 RL
   /// steps of 4 prompts x 4 rollouts.
   /// \p rollout is the plan, \p critic the critic (none, or GAE's value
-  /// head, when empty).
+  /// head, when empty); \p prompts per step, \p rlSteps steps, \p seed.
   fs::path writeFile(const std::string &estimator, const std::string &extra,
                      const std::string &rollout = "group(n = 4, max_tokens = 4)",
-                     std::string critic = "") {
+                     std::string critic = "", int prompts = 4, int rlSteps = 2,
+                     int seed = 5) {
     std::string est = (fs::path(bundlesDir()) / estimator).string();
     if (critic.empty())
       critic = estimator == "gae" ? "value_head(coef = 0.5)" : "none";
@@ -83,12 +84,12 @@ protected:
         "  estimator = bundle(\"" +
         est + "\")\n  " + critic +
         "  rollout = " + rollout + "\n"
-        "  prompts = 4\n"
+        "  prompts = " + std::to_string(prompts) + "\n"
         "  warm_start = sft(steps = 40, batch = 8, lr = 1e-2)\n"
-        "  steps = 2\n"
+        "  steps = " + std::to_string(rlSteps) + "\n"
         "  eval = greedy(every = 1, size = 6)\n"
         "  threads = 1\n"
-        "  seed = 5\n" +
+        "  seed = " + std::to_string(seed) + "\n" +
         extra + "}\n";
     fs::path file = dir_ / ("train-" + estimator + ".cac");
     std::ofstream(file) << src;
@@ -177,15 +178,19 @@ protected:
     return worst;
   }
 
-  /// One worker and two, same file; compares what rank 0 wrote.
-  void compareOneAndTwo(const fs::path &file) {
+  /// One worker and two, same file (of \p rlSteps RL steps); compares what
+  /// rank 0 wrote.
+  void compareOneAndTwo(const fs::path &file, size_t rlSteps = 2) {
     fs::path one = dir_ / "one", two = dir_ / "two";
     ASSERT_EQ(cacRun(file.string() + " --workers 1 --out " + one.string()), 0);
     ASSERT_EQ(cacRun(file.string() + " --workers 2 --out " + two.string()), 0);
     auto m1 = metrics(one), m2 = metrics(two);
-    // 40 SFT rows, the RL-start eval, 2 RL rows; some reward to learn from.
-    ASSERT_EQ(m1.size(), 43u);
-    EXPECT_GT(m1[41]["acc"].get<double>() + m1[42]["acc"].get<double>(), 0);
+    // 40 SFT rows, the RL-start eval, the RL rows; some reward to learn from.
+    ASSERT_EQ(m1.size(), 41 + rlSteps);
+    double acc = 0;
+    for (size_t i = 41; i < m1.size(); ++i)
+      acc += m1[i]["acc"].get<double>();
+    EXPECT_GT(acc, 0);
     expectSameMetrics(m2, m1);
     double worst = expectSameWeights(two, one);
     std::printf("max |weight difference|, 1 vs 2 workers: %.3g\n", worst);
@@ -223,6 +228,56 @@ TEST_F(DistributedTest, TwoGlooWorkersMatchOneSpoTreeMaskedAndWhitened) {
   compareOneAndTwo(writeFile(
       "spo_tree", "  minibatches = 2\n  whiten = true\n",
       "tree(branches = \"2-2-2\", seg_len = 1, max_tokens = 4)"));
+}
+
+TEST_F(DistributedTest, TwoGlooWorkersMatchOneSpoTreeReplay) {
+  // The replay buffer: each worker holds its prompts' node samples; what a
+  // step takes and trains must be what one process takes, in the same order.
+  // 8 prompts, 3 steps, seed 7: RL step 2 trains a node of step 2 from
+  // prompt 1 and one of step 1 from prompt 5 (replay_age_mean 0.5), held by
+  // different workers, so the order of the global batch (slot, then step)
+  // matters: its minibatches of one node each update in that order.
+  needBundles();
+  fs::path file = writeFile("spo_tree", "  minibatches = 4\n",
+                            "tree(branches = \"2-2-2\", seg_len = 1, "
+                            "max_tokens = 4, replay_steps = 2, replay_take = 1)",
+                            "", /*prompts=*/8, /*rlSteps=*/3, /*seed=*/7);
+  compareOneAndTwo(file, 3);
+  auto m = metrics(dir_ / "one");
+  EXPECT_GT(m[42]["replay_age_mean"].get<double>(), 0.0);
+  EXPECT_LT(m[42]["replay_age_mean"].get<double>(), 1.0);
+}
+
+TEST_F(DistributedTest, TwoGlooWorkersResumeTheReplayBuffer) {
+  // Rank 0's checkpoint holds both workers' buffers (gathered); on resume
+  // each worker takes back its prompts' entries.
+  needBundles();
+  fs::path file = writeFile(
+      "spo_tree", "  minibatches = 2\n  checkpoint_every = 1\n",
+      "tree(branches = \"2-2-2\", seg_len = 1, max_tokens = 4, "
+      "replay_steps = 2, replay_take = 1)");
+  fs::path full = dir_ / "full", cut = dir_ / "cut";
+  ASSERT_EQ(cacRun(file.string() + " --workers 2 --out " + full.string()), 0);
+  ASSERT_EQ(
+      cacRun(file.string() + " --workers 2 --steps 1 --out " + cut.string()),
+      0);
+  // Entries of both workers' prompts wait in the checkpoint.
+  std::ifstream in(cut / "checkpoint" / "checkpoint.json");
+  json ck = json::parse(in);
+  std::set<int64_t> slots;
+  for (const json &e : ck["extra"]["replay"])
+    slots.insert(e["slot"].get<int64_t>());
+  EXPECT_TRUE(slots.count(0) || slots.count(1)) << ck["extra"]["replay"].size();
+  EXPECT_TRUE(slots.count(2) || slots.count(3)) << ck["extra"]["replay"].size();
+  ASSERT_EQ(
+      cacRun(file.string() + " --workers 2 --resume --out " + cut.string()), 0);
+  expectSameMetrics(metrics(cut), metrics(full));
+  LoadOptions lo;
+  TransformerLM a = loadPretrained(cut / "final", lo);
+  TransformerLM b = loadPretrained(full / "final", lo);
+  auto pb = b->named_parameters();
+  for (auto &p : a->named_parameters())
+    EXPECT_TRUE(at::equal(p.value(), pb[p.key()])) << p.key();
 }
 
 TEST_F(DistributedTest, TwoGlooWorkersMatchOneTreeadvForest) {

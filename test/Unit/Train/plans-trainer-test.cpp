@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 
@@ -147,6 +148,75 @@ TEST_F(PlansTest, ForestTrainsFlattenedPaths) {
     EXPECT_EQ(r["plan_leaves"].get<int64_t>(), 12);
     EXPECT_LT(r["sample_ratio"].get<double>(), 1.0);
   }
+}
+
+TEST_F(PlansTest, TreeReplayBufferSpreadsNodesOverStepsAndResumes) {
+  // 4 prompts of up to 8 leaves after 40 SFT steps (so that some paths earn
+  // a reward and nodes have A != 0); a node waits up to 3 steps and a
+  // question gives at most 2 a step. The buffer is part of the checkpoint: a run killed
+  // with nodes in its buffer and resumed equals an uninterrupted one.
+  std::string est = (fs::path(bundlesDir()) / "spo_tree").string();
+  std::string src =
+      "train tiny {\n"
+      "  model = builtin(\"custom\", hidden = 16, layers = 1, heads = 2, "
+      "kv_heads = 1, ffn = 32, max_positions = 32)\n"
+      "  task = arith(min_level = 1, max_level = 1)\n"
+      "  estimator = bundle(\"" +
+      est +
+      "\")\n  critic = none\n"
+      "  rollout = tree(branches = \"2-2-2\", seg_len = 1, max_tokens = 4, "
+      "replay_steps = 3, replay_take = 2)\n"
+      "  prompts = 4\n  minibatches = 2\n"
+      "  warm_start = sft(steps = 40, batch = 8, lr = 1e-2)\n"
+      "  steps = 5\n  eval = greedy(every = 0, size = 4)\n"
+      "  checkpoint_every = 1\n  threads = 1\n  seed = 5\n}\n";
+  auto runAll = [&](const std::string &out, TrainerOptions opts) {
+    fs::path file = dir_ / (out + ".cac");
+    std::ofstream(file) << src;
+    std::string errors;
+    auto cfg = loadTrainFile(file, errors);
+    EXPECT_TRUE(cfg) << errors;
+    cfg->out = dir_ / out;
+    opts.progress = false;
+    opts.verbose = false;
+    Trainer t(*cfg, opts);
+    DiagnosticEngine diag(cfg->file.string(), "");
+    EXPECT_TRUE(t.prepare(diag)) << diag.render();
+    t.run();
+    std::vector<json> rows = t.metrics();
+    for (auto &r : rows)
+      for (const char *k :
+           {"tokens_per_s", "time_gen_s", "time_score_s", "time_estimator_s",
+            "time_update_s", "time_eval_s", "time_step_s", "elapsed_s"})
+        r.erase(k);
+    return rows;
+  };
+  std::vector<json> whole = runAll("whole", {});
+  int64_t waited = 0;
+  double oldest = 0;
+  for (const json &r : whole) {
+    if (r["phase"] != "rl")
+      continue;
+    ASSERT_TRUE(r.contains("replay_size")) << r.dump();
+    // At most 2 per question, and questions of up to 3 steps.
+    EXPECT_LE(r["node_samples"].get<int64_t>(),
+              2 * r["replay_questions"].get<int64_t>());
+    EXPECT_LE(r["replay_questions"].get<int64_t>(), 3 * 4);
+    waited += r["replay_size"].get<int64_t>();
+    oldest = std::max(oldest, r["replay_age_mean"].get<double>());
+  }
+  EXPECT_GT(waited, 0);   // nodes waited in the buffer
+  EXPECT_GT(oldest, 0.0); // and were trained in a later step
+  // Killed after RL step 4, when nodes wait in the buffer for step 5.
+  ASSERT_EQ(whole[44]["rl_step"], 4);
+  ASSERT_GT(whole[44]["replay_size"].get<int64_t>(), 0);
+  TrainerOptions kill;
+  kill.stopAfterSteps = 44; // 40 SFT + 4 RL steps
+  runAll("part", kill);
+  TrainerOptions resume;
+  resume.resume = true;
+  std::vector<json> resumed = runAll("part", resume);
+  EXPECT_EQ(json(resumed).dump(), json(whole).dump());
 }
 
 TEST_F(PlansTest, PlanEstimatorMismatchesAreDiagnosed) {

@@ -250,6 +250,22 @@ TEST(TrainFile, BadValues) {
       << r.errors;
 }
 
+TEST(TrainFile, ReplayTakeNeedsReplaySteps) {
+  Result r = check(withFields(
+      "  rollout = tree(branches = \"2-2\", replay_take = 4)\n"));
+  EXPECT_NE(r.errors.find("t.cac:6:50: error: 'replay_take' of 'tree' caps "
+                          "what the replay buffer trains per question: set "
+                          "'replay_steps'"),
+            std::string::npos)
+      << r.errors;
+  r = check(withFields("  rollout = tree(branches = \"2-2\", replay_steps = "
+                       "8, replay_take = 32)\n"));
+  EXPECT_TRUE(r.errors.empty()) << r.errors;
+  ASSERT_TRUE(r.cfg);
+  EXPECT_EQ(r.cfg->rollout.replaySteps, 8);
+  EXPECT_EQ(r.cfg->rollout.replayTake, 32);
+}
+
 TEST(TrainFile, MissingRequiredAndDuplicates) {
   Result r = check("train run {\n  model = builtin(\"tiny\")\n"
                    "  model = builtin(\"small\")\n}\n");
@@ -346,15 +362,20 @@ TEST(TrainFile, Overrides) {
 }
 
 TEST(TrainFile, ExamplesParse) {
-  for (const char *name : {"train.cac", "train_gae.cac"}) {
+  size_t count = 0;
+  for (const auto &entry : std::filesystem::directory_iterator(
+           std::string(CAC_TEST_SOURCE_DIR) + "/examples/arith")) {
+    if (entry.path().extension() != ".cac")
+      continue;
+    ++count;
     std::string errors;
-    auto cfg = loadTrainFile(
-        std::string(CAC_TEST_SOURCE_DIR) + "/examples/arith/" + name, errors);
-    ASSERT_TRUE(cfg) << errors;
+    auto cfg = loadTrainFile(entry.path(), errors);
+    ASSERT_TRUE(cfg) << entry.path() << ": " << errors;
     EXPECT_EQ(errors, "");
     EXPECT_TRUE(std::filesystem::exists(cfg->estimator.path))
         << cfg->estimator.path;
   }
+  EXPECT_GE(count, 10u);
   std::string errors;
   EXPECT_FALSE(loadTrainFile("/nonexistent/train.cac", errors));
   EXPECT_EQ(errors,

@@ -171,6 +171,11 @@ struct RolloutSpec {
   /// tree: children per node at each depth (W) and tokens per segment (M).
   std::vector<int64_t> branches;
   int64_t segLen = 8;
+  /// tree: SPO-tree's replay buffer (ReplayBuffer.h): how many steps a node
+  /// sample may wait to be trained (0: no buffer, every step trains all of
+  /// its own), and the most samples of one question trained per step (0:
+  /// no cap).
+  int64_t replaySteps = 0, replayTake = 0;
   /// forest: trees per prompt, children per branch point, the entropy
   /// threshold (tau at RL step s: max(min(tauMin, tau), tau - s * tauStep)),
   /// and the
