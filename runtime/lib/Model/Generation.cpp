@@ -5,6 +5,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
+#include <map>
 #include <limits>
 #include <stdexcept>
 
@@ -28,11 +29,76 @@ at::Generator makeGenerator(uint64_t seed) {
 
 namespace {
 
+/// Redraws the tokens of the rows that share a sibling group so that the
+/// group's tokens are distinct: row k of a group draws with its uniform from
+/// \p p (the filtered mass of each row, in \p order's sorted order when
+/// defined) without the tokens of rows 0..k-1, while any mass is left.
+void sampleSiblingsWithoutReplacement(const at::Tensor &p,
+                                      const at::Tensor &order,
+                                      const at::Tensor &u,
+                                      const std::vector<int64_t> &siblings,
+                                      at::Tensor &tokens) {
+  const int64_t B = p.size(0), V = p.size(1);
+  if (static_cast<int64_t>(siblings.size()) != B)
+    throw std::runtime_error("sampleTokens: siblings must have one entry per "
+                             "row");
+  std::map<int64_t, std::vector<int64_t>> groups;
+  for (int64_t r = 0; r < B; ++r)
+    if (siblings[static_cast<size_t>(r)] >= 0)
+      groups[siblings[static_cast<size_t>(r)]].push_back(r);
+  bool any = false;
+  for (const auto &g : groups)
+    any = any || g.second.size() > 1;
+  if (!any)
+    return;
+  at::Tensor pc = p.to(at::kCPU, at::kDouble).contiguous();
+  at::Tensor oc =
+      order.defined() ? order.to(at::kCPU, at::kLong).contiguous() : order;
+  at::Tensor uc = u.to(at::kCPU, at::kFloat).contiguous();
+  at::Tensor tc = tokens.to(at::kCPU, at::kLong).contiguous();
+  auto tok = tc.accessor<int64_t, 1>();
+  auto uu = uc.accessor<float, 2>();
+  for (const auto &[group, rows] : groups) {
+    std::vector<int64_t> taken{tok[rows[0]]};
+    for (size_t k = 1; k < rows.size(); ++k) {
+      int64_t r = rows[k];
+      const double *pr = pc.data_ptr<double>() + r * V;
+      const int64_t *orr = oc.defined() ? oc.data_ptr<int64_t>() + r * V
+                                        : nullptr;
+      auto tokenAt = [&](int64_t i) { return orr ? orr[i] : i; };
+      auto isTaken = [&](int64_t i) {
+        return std::find(taken.begin(), taken.end(), tokenAt(i)) !=
+               taken.end();
+      };
+      double mass = 0;
+      for (int64_t i = 0; i < V; ++i)
+        if (pr[i] > 0 && !isTaken(i))
+          mass += pr[i];
+      if (mass > 0) { // inverse CDF over what is left
+        double target = static_cast<double>(uu[r][0]) * mass, c = 0;
+        int64_t pick = -1;
+        for (int64_t i = 0; i < V; ++i) {
+          if (pr[i] <= 0 || isTaken(i))
+            continue;
+          pick = i;
+          c += pr[i];
+          if (c > target)
+            break;
+        }
+        tok[r] = tokenAt(pick);
+      } // else every token with mass is taken: the row keeps its own draw
+      taken.push_back(tok[r]);
+    }
+  }
+  tokens = tc.to(tokens.device());
+}
+
 /// sampleTokens with the uniforms drawn by \p draw(B) ([B, 1] float, CPU),
 /// called only when a row is sampled (not greedy, B > 0).
 SampledTokens sampleTokensWith(const at::Tensor &logitsIn,
                                const SamplingOptions &options,
-                               const std::function<at::Tensor(int64_t)> &draw) {
+                               const std::function<at::Tensor(int64_t)> &draw,
+                               const std::vector<int64_t> *siblings) {
   if (logitsIn.dim() != 2)
     throw std::runtime_error("sampleTokens: logits must be [B, V]");
   int64_t B = logitsIn.size(0), V = logitsIn.size(1);
@@ -86,6 +152,8 @@ SampledTokens sampleTokensWith(const at::Tensor &logitsIn,
     }
     tokens = order.defined() ? order.gather(-1, idx).squeeze(-1)
                              : idx.squeeze(-1);
+    if (siblings)
+      sampleSiblingsWithoutReplacement(p, order, u, *siblings, tokens);
   }
   at::Tensor chosenLogp = logp.gather(-1, tokens.unsqueeze(-1)).squeeze(-1);
   return {tokens.to(at::kCPU, at::kLong), chosenLogp.to(at::kCPU),
@@ -95,20 +163,23 @@ SampledTokens sampleTokensWith(const at::Tensor &logitsIn,
 } // namespace
 
 SampledTokens sampleTokens(const at::Tensor &logits,
-                           const SamplingOptions &options, at::Generator &gen) {
-  return sampleTokensWith(logits, options, [&](int64_t B) {
-    return at::rand({B, 1}, gen, at::kFloat);
-  });
+                           const SamplingOptions &options, at::Generator &gen,
+                           const std::vector<int64_t> *siblings) {
+  return sampleTokensWith(
+      logits, options,
+      [&](int64_t B) { return at::rand({B, 1}, gen, at::kFloat); }, siblings);
 }
 
 SampledTokens sampleTokens(const at::Tensor &logits,
                            const SamplingOptions &options,
-                           const at::Tensor &uniforms) {
+                           const at::Tensor &uniforms,
+                           const std::vector<int64_t> *siblings) {
   if (uniforms.dim() != 1 || uniforms.size(0) != logits.size(0))
     throw std::runtime_error("sampleTokens: uniforms must be [B]");
-  return sampleTokensWith(logits, options, [&](int64_t B) {
-    return uniforms.to(at::kCPU, at::kFloat).view({B, 1});
-  });
+  return sampleTokensWith(
+      logits, options,
+      [&](int64_t B) { return uniforms.to(at::kCPU, at::kFloat).view({B, 1}); },
+      siblings);
 }
 
 Decoder::Decoder(TransformerLM model, SamplingOptions options,
@@ -302,20 +373,52 @@ void Decoder::finishChecks(int64_t row) {
     s.text = decodeText(s.tokens);
 }
 
+namespace {
+
+/// \p siblings (by decoder row) for the \p active rows.
+std::vector<int64_t> activeSiblings(const std::vector<int64_t> &siblings,
+                                    const std::vector<int64_t> &active,
+                                    size_t numRows) {
+  if (siblings.size() != numRows)
+    throw std::runtime_error("Decoder::step: siblings must have one entry "
+                             "per row");
+  std::vector<int64_t> out;
+  for (int64_t r : active)
+    out.push_back(siblings[static_cast<size_t>(r)]);
+  return out;
+}
+
+} // namespace
+
 int64_t Decoder::step(at::Generator &gen) {
   return stepWith([&](const at::Tensor &logits, const std::vector<int64_t> &) {
     return sampleTokens(logits, options_, gen);
   });
 }
 
+int64_t Decoder::step(at::Generator &gen,
+                      const std::vector<int64_t> &siblings) {
+  return stepWith(
+      [&](const at::Tensor &logits, const std::vector<int64_t> &active) {
+        std::vector<int64_t> s = activeSiblings(siblings, active, rows_.size());
+        return sampleTokens(logits, options_, gen, &s);
+      });
+}
+
 int64_t Decoder::step(const RowUniforms &uniforms) {
+  return step(uniforms, std::vector<int64_t>(rows_.size(), -1));
+}
+
+int64_t Decoder::step(const RowUniforms &uniforms,
+                      const std::vector<int64_t> &siblings) {
   return stepWith(
       [&](const at::Tensor &logits, const std::vector<int64_t> &active) {
         std::vector<float> u(active.size());
         for (size_t i = 0; i < active.size(); ++i)
           u[i] = uniforms(active[i],
                           static_cast<int64_t>(rows_[active[i]].tokens.size()));
-        return sampleTokens(logits, options_, at::tensor(u, at::kFloat));
+        std::vector<int64_t> s = activeSiblings(siblings, active, rows_.size());
+        return sampleTokens(logits, options_, at::tensor(u, at::kFloat), &s);
       });
 }
 

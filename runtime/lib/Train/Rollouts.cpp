@@ -63,13 +63,15 @@ void runRows(const PlanContext &ctx, Decoder &dec,
     dec.run(*ctx.gen, maxSteps);
 }
 
-/// One decoding step of \p dec, drawing as runRows() does.
+/// One decoding step of \p dec, drawing as runRows() does; rows with the
+/// same \p siblings[row] >= 0 draw distinct tokens (Decoder::step).
 void stepRows(const PlanContext &ctx, Decoder &dec,
-              const std::vector<Stream> &keys) {
+              const std::vector<Stream> &keys,
+              const std::vector<int64_t> &siblings) {
   if (ctx.uniform)
-    dec.step(streamUniforms(ctx, keys));
+    dec.step(streamUniforms(ctx, keys), siblings);
   else
-    dec.step(*ctx.gen);
+    dec.step(*ctx.gen, siblings);
 }
 
 /// Streams 0..times-1 of each of \p count prompts, prompt-major (the rows of
@@ -170,11 +172,17 @@ RolloutBatch sampleChain(const PlanContext &ctx,
                              " rollouts, expected " +
                              std::to_string(out.rolls.size()));
   std::vector<int64_t> rows, keep, offsets(out.rolls.size() + 1, 0);
-  // The continuations' streams: n, n+1, ... within each prompt.
+  // The distinct queries: a prompt and the prefix before a segment start;
+  // query[i][j] is segment j of rollout i's. Their continuations' streams
+  // are n, n+1, ... within each prompt.
+  std::map<std::pair<int64_t, std::vector<int64_t>>, size_t> queryOf;
+  std::vector<std::vector<size_t>> query(out.rolls.size());
   std::vector<Stream> mcKeys;
   std::vector<int64_t> nextStream(prompts.size(), spec.n);
+  size_t numQueries = 0;
   for (size_t i = 0; i < out.rolls.size(); ++i) {
-    int64_t T = static_cast<int64_t>(out.rolls[i].response.size());
+    const Rollout &roll = out.rolls[i];
+    int64_t T = static_cast<int64_t>(roll.response.size());
     offsets[i + 1] = offsets[i] + T;
     if (static_cast<int64_t>(out.segStarts[i].size()) > std::max<int64_t>(T, 1))
       throw std::runtime_error("chain rollouts: more segments than tokens");
@@ -183,16 +191,31 @@ RolloutBatch sampleChain(const PlanContext &ctx,
         throw std::runtime_error("chain rollouts: segment start " +
                                  std::to_string(b) + " outside a rollout of " +
                                  std::to_string(T) + " tokens");
+      size_t q = numQueries;
+      if (spec.dedup) {
+        auto [it, fresh] = queryOf.try_emplace(
+            {roll.group, std::vector<int64_t>(roll.response.begin(),
+                                              roll.response.begin() + b)},
+            numQueries);
+        q = it->second;
+        if (!fresh) {
+          ++st.sharedQueries;
+          query[i].push_back(q);
+          continue;
+        }
+      }
+      ++numQueries;
+      query[i].push_back(q);
       for (int64_t k = 0; k < spec.samples; ++k) {
         rows.push_back(static_cast<int64_t>(i));
         keep.push_back(b);
-        int64_t g = out.rolls[i].group;
+        int64_t g = roll.group;
         mcKeys.push_back({g, nextStream.at(static_cast<size_t>(g))++});
       }
     }
   }
   out.mcValue.assign(static_cast<size_t>(offsets.back()), 0.0f);
-  st.nodes = static_cast<int64_t>(rows.size()) / spec.samples;
+  st.nodes = static_cast<int64_t>(numQueries);
   if (rows.empty())
     return out;
   Decoder mc = dec.forkAt(rows, keep);
@@ -200,24 +223,22 @@ RolloutBatch sampleChain(const PlanContext &ctx,
   // forkAt re-feeds each row's last kept token to get its next logits.
   st.tokensComputed += static_cast<int64_t>(rows.size());
   runRows(ctx, mc, mcKeys);
-  size_t r = 0;
-  for (size_t i = 0; i < out.rolls.size(); ++i) {
-    for (size_t j = 0; j < out.segStarts[i].size(); ++j) {
-      double sum = 0;
-      for (int64_t k = 0; k < spec.samples; ++k, ++r) {
-        const GeneratedSequence &g = mc.sequence(r);
-        sum += ctx.reward(out.rolls[i].group, g.text);
-        int64_t added = static_cast<int64_t>(g.tokens.size()) - keep[r];
-        st.tokensComputed += added;
-        st.tokensSampled += added;
-        st.tokensFlattened +=
-            static_cast<int64_t>(g.prompt.size() + g.tokens.size());
-        st.tokensFlattenedResponse += static_cast<int64_t>(g.tokens.size());
-      }
-      out.mcValue[offsets[i] + j] =
-          static_cast<float>(sum / static_cast<double>(spec.samples));
-    }
+  std::vector<double> value(numQueries, 0.0);
+  for (size_t r = 0; r < rows.size(); ++r) {
+    const GeneratedSequence &g = mc.sequence(r);
+    value[r / static_cast<size_t>(spec.samples)] +=
+        ctx.reward(out.rolls[static_cast<size_t>(rows[r])].group, g.text);
+    int64_t added = static_cast<int64_t>(g.tokens.size()) - keep[r];
+    st.tokensComputed += added;
+    st.tokensSampled += added;
+    st.tokensFlattened +=
+        static_cast<int64_t>(g.prompt.size() + g.tokens.size());
+    st.tokensFlattenedResponse += static_cast<int64_t>(g.tokens.size());
   }
+  for (size_t i = 0; i < out.rolls.size(); ++i)
+    for (size_t j = 0; j < query[i].size(); ++j)
+      out.mcValue[offsets[i] + j] = static_cast<float>(
+          value[query[i][j]] / static_cast<double>(spec.samples));
   return out;
 }
 
@@ -374,7 +395,7 @@ RolloutBatch sampleForest(const PlanContext &ctx,
     at::Tensor logp = at::log_softmax(logits / temp, -1);
     at::Tensor ent = -(logp.exp() * logp).nan_to_num(0.0).sum(-1);
     auto H = ent.accessor<float, 1>();
-    std::vector<int64_t> rows;
+    std::vector<int64_t> rows, siblings;
     std::vector<RowInfo> next;
     bool branched = false;
     for (size_t i = 0; i < dec.size(); ++i) {
@@ -386,6 +407,7 @@ RolloutBatch sampleForest(const PlanContext &ctx,
         k = std::min<int64_t>(spec.children, perTree - budget + 1);
       if (k == 1) {
         rows.push_back(static_cast<int64_t>(i));
+        siblings.push_back(-1);
         next.push_back(std::move(ri));
         continue;
       }
@@ -393,6 +415,8 @@ RolloutBatch sampleForest(const PlanContext &ctx,
       budget += k - 1;
       for (int64_t c = 0; c < k; ++c) {
         rows.push_back(static_cast<int64_t>(i));
+        // The children of a branch point draw distinct first tokens.
+        siblings.push_back(spec.distinct ? static_cast<int64_t>(i) : -1);
         RowInfo child = ri;
         child.node = newNode(ri.node, ri.group);
         child.armed = spec.delimiters.empty() ? true : false;
@@ -405,7 +429,7 @@ RolloutBatch sampleForest(const PlanContext &ctx,
     std::vector<size_t> before(dec.size());
     for (size_t i = 0; i < dec.size(); ++i)
       before[i] = dec.sequence(i).tokens.size();
-    stepRows(ctx, dec, rowKeys());
+    stepRows(ctx, dec, rowKeys(), siblings);
     for (size_t i = 0; i < dec.size(); ++i) {
       const GeneratedSequence &g = dec.sequence(i);
       if (g.tokens.size() == before[i])

@@ -973,14 +973,14 @@ bool parseRollout(Checker &c, const Value &v, RolloutSpec &r) {
     known = with({"n"});
   } else if (isCall(v, "chain")) {
     r.kind = RolloutSpec::Kind::Chain;
-    known = with({"n", "samples"});
+    known = with({"n", "samples", "dedup"});
   } else if (isCall(v, "tree")) {
     r.kind = RolloutSpec::Kind::Tree;
     known = with({"branches", "seg_len", "replay_steps", "replay_take"});
   } else if (isCall(v, "forest")) {
     r.kind = RolloutSpec::Kind::Forest;
     known = with({"n", "trees", "children", "tau", "tau_step", "tau_min",
-                  "delimiters"});
+                  "delimiters", "distinct"});
   } else {
     c.expected(v, "'rollout'", forms);
     return false;
@@ -992,6 +992,9 @@ bool parseRollout(Checker &c, const Value &v, RolloutSpec &r) {
   a.integer("top_k", r.topK, 0, 1 << 30);
   a.integer("max_tokens", r.maxTokens, 1, 1 << 20);
   a.integer("samples", r.samples, 1, 1024);
+  int64_t dedup = r.dedup ? 1 : 0;
+  a.integer("dedup", dedup, 0, 1);
+  r.dedup = dedup != 0;
   a.integer("seg_len", r.segLen, 1, 1 << 20);
   a.integer("replay_steps", r.replaySteps, 0, 1 << 20);
   a.integer("replay_take", r.replayTake, 0, 1 << 20);
@@ -1000,6 +1003,9 @@ bool parseRollout(Checker &c, const Value &v, RolloutSpec &r) {
   a.num("tau", r.tau, 0.0, 100.0);
   a.num("tau_step", r.tauStep, 0.0, 100.0);
   a.num("tau_min", r.tauMin, 0.0, 100.0);
+  int64_t distinct = r.distinct ? 1 : 0;
+  a.integer("distinct", distinct, 0, 1);
+  r.distinct = distinct != 0;
   bool ok = a.ok();
   if (r.kind == RolloutSpec::Kind::Tree) {
     // Branch factors in the papers' notation: "6-6-6".

@@ -175,7 +175,7 @@ struct Trainer::Impl {
   bool promptCritic = false, readsMc = false, hasWeight = false,
        hasValueWeight = false;
   /// `objective = "FILE.cac"`: the compiled objective, its parameters, and
-  /// the inputs it reads beyond logp_new, logp and adv.
+  /// the inputs it reads besides logp_new.
   std::optional<CompiledObjective> objective;
   ParamMap objectiveParams;
   std::vector<std::string> objectiveInputs;
@@ -434,8 +434,9 @@ struct Trainer::Impl {
   }
 
   /// Compiles and loads `objective = "FILE.cac"`: its gradient input must be
-  /// logp_new, and it may read logp, adv, logp_ref, entropy and the
-  /// estimator's weight (docs/training.md).
+  /// logp_new, and it may read logp, adv, logp_ref, entropy, the estimator's
+  /// weight, the rollout-time critic value and the reward
+  /// (docs/training.md).
   bool loadObjective(DiagnosticEngine &diag) {
     const EstimatorSpec &spec = *cfg.objective.compiled;
     if (opts.compiler.empty()) {
@@ -484,20 +485,53 @@ struct Trainer::Impl {
       ok = false;
     }
     const Manifest &m = objective->bundle().manifest();
+    auto domainOf = [&](const std::string &name) {
+      for (const BufferSpec &b : m.buffers)
+        if (b.role == BufferRole::Input && b.name == name)
+          return b.domain;
+      return Domain::Token;
+    };
     for (const std::string &in : objective->bundle().inputNames()) {
-      if (in == "logp_new" || in == "logp" || in == "adv")
+      if (in == "logp_new")
         continue;
-      if (in == "logp_ref")
+      if (in == "logp" || in == "adv")
+        ; // always there
+      else if (in == "logp_ref")
         needReference = true;
       else if (in == "weight" && !hasWeight) {
         diag.error(spec.loc, "the objective reads 'weight', which estimator '" +
                                  bundle->manifest().estimator +
                                  "' does not output");
         ok = false;
-      } else if (in != "entropy" && in != "weight") {
+      } else if (in == "value") {
+        // The critic's rollout-time value: V(S_t) per token from a token
+        // critic, the success probability per sequence from SPPO's prompt
+        // critic.
+        Domain want = promptCritic ? Domain::Seq : Domain::Token;
+        if (cfg.critic.kind == CriticSpec::Kind::None ||
+            domainOf(in) != want) {
+          diag.error(spec.loc,
+                     cfg.critic.kind == CriticSpec::Kind::None
+                         ? std::string("the objective reads 'value': set a "
+                                       "critic (critic = value_head(...))")
+                         : "the objective reads 'value : " +
+                               std::string(domainName(domainOf(in))) +
+                               "', but the critic gives 'value : " +
+                               domainName(want) + "'");
+          ok = false;
+        }
+      } else if (in == "group") {
+        diag.error(spec.loc,
+                   "the objective reads 'group': statistics over the groups "
+                   "of a minibatch are not the step's (minibatches split "
+                   "groups); give it the estimator's advantages as 'adv "
+                   ": token' instead (e.g. stdlib/gspo_token.cac)");
+        ok = false;
+      } else if (in != "entropy" && in != "weight" && in != "reward") {
         diag.error(spec.loc, "the objective reads '" + in +
                                  "'; cac-run gives objectives logp_new, logp, "
-                                 "adv, logp_ref, entropy and weight");
+                                 "adv, logp_ref, entropy, weight, value and "
+                                 "reward");
         ok = false;
       }
       objectiveInputs.push_back(in);
@@ -1151,7 +1185,8 @@ struct Trainer::Impl {
                             double(st.tokensFlattened),
                             double(st.tokensSampled),
                             double(st.tokensFlattenedResponse),
-                            double(st.nodes), double(st.leaves)};
+                            double(st.nodes), double(st.leaves),
+                            double(st.sharedQueries)};
       reduceSum(v);
       st.tokensComputed = std::llround(v[0]);
       st.tokensFlattened = std::llround(v[1]);
@@ -1159,6 +1194,7 @@ struct Trainer::Impl {
       st.tokensFlattenedResponse = std::llround(v[3]);
       st.nodes = std::llround(v[4]);
       st.leaves = std::llround(v[5]);
+      st.sharedQueries = std::llround(v[6]);
     }
     row["tokens_computed"] = st.tokensComputed;
     row["tokens_flattened"] = st.tokensFlattened;
@@ -1175,6 +1211,8 @@ struct Trainer::Impl {
             : 0.0;
     row["plan_nodes"] = st.nodes;
     row["plan_leaves"] = st.leaves;
+    if (cfg.rollout.kind == RolloutSpec::Kind::Chain)
+      row["mc_shared"] = st.sharedQueries;
   }
 
   json rlStep(int64_t rlIndex) {
@@ -1404,7 +1442,7 @@ struct Trainer::Impl {
       for (int64_t mb = 0; mb < M; ++mb) {
         int64_t lo = TB * mb / M, hi = TB * (mb + 1) / M;
         std::vector<const Rollout *> rows;
-        std::vector<int64_t> tokIdx;
+        std::vector<int64_t> tokIdx, rowIdx;
         double globalTokens = 0, globalWeight = 0, globalValueWeight = 0;
         for (int64_t k = lo; k < hi; ++k) {
           int64_t i = pa[k] - g0;
@@ -1417,6 +1455,7 @@ struct Trainer::Impl {
           if (i < 0 || i >= B)
             continue;
           rows.push_back(&rolls[i]);
+          rowIdx.push_back(i);
           for (int64_t t = offsets[i]; t < offsets[i + 1]; ++t)
             tokIdx.push_back(t);
         }
@@ -1475,16 +1514,30 @@ struct Trainer::Impl {
           // The compiled objective: its kernels give the loss and
           // d loss / d logp_new; the surrogate carries that gradient into
           // the model's backward pass.
-          TensorMap in{{"logp_new", logp.detach()},
-                       {"logp", oldLogp.index_select(0, ti)},
-                       {"adv", a}};
-          for (const std::string &name : objectiveInputs)
-            if (name == "logp_ref")
+          TensorMap in{{"logp_new", logp.detach()}};
+          for (const std::string &name : objectiveInputs) {
+            if (name == "logp")
+              in[name] = oldLogp.index_select(0, ti);
+            else if (name == "adv")
+              in[name] = a;
+            else if (name == "logp_ref")
               in[name] = refLogp.index_select(0, ti);
             else if (name == "entropy")
               in[name] = rt.entropy.index_select(0, ti);
             else if (name == "weight")
               in[name] = weight.index_select(0, ti);
+            else if (name == "value")
+              in[name] = promptCritic
+                             ? oldValues.index_select(
+                                   0, at::tensor(rowIdx, at::kLong))
+                             : oldValues.index_select(0, ti);
+            else if (name == "reward") {
+              std::vector<float> rw;
+              for (const Rollout *r : rows)
+                rw.push_back(static_cast<float>(r->reward));
+              in[name] = at::tensor(rw, at::kFloat);
+            }
+          }
           std::vector<int64_t> mbLengths;
           for (const Rollout *r : rows)
             mbLengths.push_back(static_cast<int64_t>(r->response.size()));

@@ -104,6 +104,68 @@ TEST(Sampling, FollowsTheDistributionAndTruncations) {
   EXPECT_GT(f[3], 0.15);
 }
 
+TEST(Sampling, SiblingsDrawWithoutReplacement) {
+  // p = [0.5, 0.3, 0.15, 0.05]; 2000 groups of 2 rows (and 1000 of 3): a
+  // group's tokens are distinct, the first row draws from p and the second
+  // from p without the first's token: P(second = b) = sum_a p_a p_b / (1 -
+  // p_a).
+  std::vector<double> p = {0.5, 0.3, 0.15, 0.05};
+  at::Tensor logits =
+      at::log(at::tensor({0.5f, 0.3f, 0.15f, 0.05f})).view({1, 4});
+  for (bool nucleus : {false, true}) {
+    SCOPED_TRACE(nucleus ? "top_p = 0.99 (sorted order)" : "no truncation");
+    SamplingOptions o = opts(1.0);
+    if (nucleus)
+      o.topP = 0.99; // keeps all four, exercises the sorted order
+    const int64_t G = 2000;
+    at::Tensor batch = logits.expand({2 * G, 4}).contiguous();
+    std::vector<int64_t> sib(2 * G);
+    for (int64_t r = 0; r < 2 * G; ++r)
+      sib[r] = r / 2;
+    at::Generator gen = makeGenerator(3);
+    at::Tensor t = sampleTokens(batch, o, gen, &sib).tokens;
+    auto tok = t.accessor<int64_t, 1>();
+    std::vector<double> first(4, 0.0), second(4, 0.0);
+    for (int64_t g = 0; g < G; ++g) {
+      ASSERT_NE(tok[2 * g], tok[2 * g + 1]) << "group " << g;
+      first[tok[2 * g]] += 1.0 / G;
+      second[tok[2 * g + 1]] += 1.0 / G;
+    }
+    for (int b = 0; b < 4; ++b) {
+      double want = 0;
+      for (int a = 0; a < 4; ++a)
+        if (a != b)
+          want += p[a] * p[b] / (1 - p[a]);
+      EXPECT_NEAR(first[b], p[b], 0.05) << "token " << b;
+      EXPECT_NEAR(second[b], want, 0.05) << "token " << b;
+    }
+  }
+  // More siblings than tokens with mass: top_k = 2 leaves two tokens, so a
+  // group of 3 has its first two distinct and the third keeps its own draw.
+  SamplingOptions k2 = opts(1.0);
+  k2.topK = 2;
+  at::Tensor three = logits.expand({300, 4}).contiguous();
+  std::vector<int64_t> sib(300);
+  for (int64_t r = 0; r < 300; ++r)
+    sib[r] = r / 3;
+  at::Generator gen = makeGenerator(4);
+  SampledTokens s = sampleTokens(three, k2, gen, &sib);
+  auto tok = s.tokens.accessor<int64_t, 1>();
+  for (int64_t g = 0; g < 100; ++g) {
+    EXPECT_NE(tok[3 * g], tok[3 * g + 1]);
+    EXPECT_LT(tok[3 * g + 2], 2);
+  }
+  // The recorded log-probability is the policy's, log p of the token.
+  at::Tensor want =
+      at::log_softmax(logits, -1).squeeze(0).index_select(0, s.tokens);
+  EXPECT_LT(maxAbsDiff(s.logprobs, want), 1e-6);
+  // Rows outside any group (-1) sample as before.
+  std::vector<int64_t> none(300, -1);
+  at::Generator g1 = makeGenerator(5), g2 = makeGenerator(5);
+  EXPECT_TRUE(at::equal(sampleTokens(three, k2, g1, &none).tokens,
+                        sampleTokens(three, k2, g2).tokens));
+}
+
 TEST(Generation, GreedyIsDeterministicAndCacheIndependent) {
   TransformerLM m = tinyModel(tinyConfig(), 31);
   auto a = run(m, kPrompts, opts(0.0), 1);

@@ -123,7 +123,11 @@ TEST_F(PlansTest, SppoTrainsAPromptCriticWithBce) {
 TEST_F(PlansTest, ChainEstimatesMonteCarloValues) {
   for (const json &r : run(source("spo_chain", "none",
                                   "chain(n = 2, samples = 2, max_tokens = 4)"))) {
-    EXPECT_GE(r["plan_nodes"].get<int64_t>(), 6); // >= 1 MC state a rollout
+    // >= 1 MC state a rollout, shared where prefixes are identical (the
+    // empty prefix of a prompt's 2 rollouts at least).
+    EXPECT_GE(r["plan_nodes"].get<int64_t>() + r["mc_shared"].get<int64_t>(),
+              6);
+    EXPECT_GE(r["mc_shared"].get<int64_t>(), 3);
     EXPECT_GT(r["tokens_computed"].get<int64_t>(), 0);
     EXPECT_LT(r["tokens_computed"].get<int64_t>(),
               r["tokens_flattened"].get<int64_t>());

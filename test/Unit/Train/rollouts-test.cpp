@@ -274,6 +274,28 @@ TEST(Rollouts, ForestBranchesWithinBudget) {
   EXPECT_EQ(b.stats.tokensFlattenedResponse, 3 * 8 * 8);
   EXPECT_EQ(b.stats.nodes, 3 * 2 * (1 + 2 + 4));
   EXPECT_EQ(b.stats.tokensComputed, 9 + b.stats.tokensSampled);
+  // The children of a branch point start with distinct tokens (sampling
+  // without replacement, estimators.md §6.2).
+  std::map<int64_t, int64_t> firstToken; // node -> its first token
+  for (size_t i = 0; i < b.rolls.size(); ++i) {
+    const auto &tn = b.tokenNode[i];
+    for (size_t t = 0; t < tn.size(); ++t)
+      if (t == 0 || tn[t - 1] != tn[t])
+        firstToken.emplace(tn[t], b.rolls[i].response[t]);
+  }
+  std::map<int64_t, std::set<int64_t>> childTokens;
+  std::map<int64_t, int> children;
+  for (const auto &[node, token] : firstToken) {
+    int64_t parent = b.nodeParent[static_cast<size_t>(node)];
+    if (parent < 0)
+      continue;
+    childTokens[parent].insert(token);
+    ++children[parent];
+  }
+  EXPECT_EQ(children.size(), 3u * 2u * 3u); // roots and their 2 children
+  for (const auto &[parent, n] : children)
+    EXPECT_EQ(static_cast<int>(childTokens[parent].size()), n)
+        << "children of node " << parent << " share a first token";
 }
 
 TEST(Rollouts, ForestWithoutBranchPointsFillsFromThePrompt) {
@@ -313,6 +335,7 @@ TEST(Rollouts, ChainMonteCarloKeepsThePrefix) {
   spec.kind = RolloutSpec::Kind::Chain;
   spec.n = 2;
   spec.samples = 3;
+  spec.dedup = false; // every start its own query (see the next test)
   std::vector<std::vector<int64_t>> seen;
   auto starts = [&](const std::vector<Rollout> &rolls) {
     std::vector<std::vector<int64_t>> s;
@@ -347,4 +370,63 @@ TEST(Rollouts, ChainMonteCarloKeepsThePrefix) {
   EXPECT_EQ(b.stats.tokensSampled, 36 + cont);
   EXPECT_EQ(b.stats.tokensComputed, 9 + 36 + cont + 3 * 15);
   expectConsistentLogp(m, b, 1.0);
+}
+
+TEST(Rollouts, ChainSharesIdenticalPrefixQueries) {
+  // 3 prompts x 4 rollouts with segment starts {0, 1, 2}: the empty prefix
+  // is one query per prompt, and a prefix of 1 or 2 tokens is shared by the
+  // rollouts of its prompt that begin with the same tokens. Continuations
+  // are sampled once per distinct query and its value serves each start.
+  TransformerLM m = tinyModel();
+  at::Generator gen = makeGenerator(4);
+  PlanContext ctx = context(m, gen, 0.7, 5, false);
+  CharTokenizer tok;
+  ctx.tokenizer = &tok;
+  std::vector<std::string> texts;
+  ctx.reward = [&](int64_t, const std::string &text) {
+    texts.push_back(text);
+    return static_cast<double>(text.size() % 3) / 2.0;
+  };
+  RolloutSpec spec;
+  spec.kind = RolloutSpec::Kind::Chain;
+  spec.n = 4;
+  spec.samples = 2;
+  auto starts = [&](const std::vector<Rollout> &rolls) {
+    return std::vector<std::vector<int64_t>>(rolls.size(), {0, 1, 2});
+  };
+  RolloutBatch b = sampleChain(ctx, testPrompts(), spec, starts);
+  ASSERT_EQ(b.rolls.size(), 12u);
+  // The distinct (prompt, prefix) pairs, in order of first appearance.
+  std::map<std::pair<int64_t, std::vector<int64_t>>, size_t> first;
+  std::vector<std::vector<size_t>> q(12);
+  for (size_t i = 0; i < 12; ++i)
+    for (int64_t s : {0, 1, 2}) {
+      const auto &r = b.rolls[i].response;
+      auto key = std::make_pair(
+          b.rolls[i].group, std::vector<int64_t>(r.begin(), r.begin() + s));
+      auto it = first.try_emplace(key, first.size()).first;
+      q[i].push_back(it->second);
+    }
+  const size_t distinct = first.size();
+  EXPECT_LE(distinct, 3u * (1 + 4 + 4));
+  EXPECT_GT(distinct, 3u); // sampled rollouts differ somewhere
+  EXPECT_EQ(b.stats.nodes, static_cast<int64_t>(distinct));
+  EXPECT_EQ(b.stats.sharedQueries, static_cast<int64_t>(36 - distinct));
+  EXPECT_GE(b.stats.sharedQueries, 9); // at least the empty prefixes
+  ASSERT_EQ(texts.size(), 12u + 2u * distinct);
+  // Each query's two continuations start with its prefix; every start of it
+  // gets their mean.
+  for (size_t i = 0; i < 12; ++i)
+    for (size_t j = 0; j < 3; ++j) {
+      size_t c = 12 + 2 * q[i][j];
+      std::string prefix = tok.decode(std::vector<int64_t>(
+          b.rolls[i].response.begin(), b.rolls[i].response.begin() + j));
+      double sum = 0;
+      for (int k = 0; k < 2; ++k) {
+        EXPECT_EQ(texts[c + k].substr(0, prefix.size()), prefix);
+        sum += static_cast<double>(texts[c + k].size() % 3) / 2.0;
+      }
+      EXPECT_FLOAT_EQ(b.mcValue[i * 5 + j], static_cast<float>(sum / 2));
+    }
+  expectConsistentLogp(m, b, 0.7);
 }

@@ -266,6 +266,31 @@ TEST(TrainFile, ReplayTakeNeedsReplaySteps) {
   EXPECT_EQ(r.cfg->rollout.replayTake, 32);
 }
 
+TEST(TrainFile, PlanSwitches) {
+  // Distinct branch tokens (forest) and shared prefix queries (chain) are on
+  // by default and can be turned off; other values are errors.
+  Result r = check(withFields("  rollout = forest(n = 4)\n"));
+  ASSERT_TRUE(r.cfg) << r.errors;
+  EXPECT_TRUE(r.cfg->rollout.distinct);
+  r = check(withFields("  rollout = forest(n = 4, distinct = 0)\n"));
+  ASSERT_TRUE(r.cfg) << r.errors;
+  EXPECT_FALSE(r.cfg->rollout.distinct);
+  r = check(withFields("  rollout = chain(n = 2)\n"));
+  ASSERT_TRUE(r.cfg) << r.errors;
+  EXPECT_TRUE(r.cfg->rollout.dedup);
+  r = check(withFields("  rollout = chain(n = 2, dedup = 0)\n"));
+  ASSERT_TRUE(r.cfg) << r.errors;
+  EXPECT_FALSE(r.cfg->rollout.dedup);
+  r = check(withFields("  rollout = chain(n = 2, dedup = 2)\n"));
+  EXPECT_NE(r.errors.find("'dedup' of 'chain' must be in [0, 1], got 2"),
+            std::string::npos)
+      << r.errors;
+  r = check(withFields("  rollout = group(n = 2, dedup = 0)\n"));
+  EXPECT_NE(r.errors.find("unknown argument 'dedup' of 'group'"),
+            std::string::npos)
+      << r.errors;
+}
+
 TEST(TrainFile, MissingRequiredAndDuplicates) {
   Result r = check("train run {\n  model = builtin(\"tiny\")\n"
                    "  model = builtin(\"small\")\n}\n");

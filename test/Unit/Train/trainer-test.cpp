@@ -190,6 +190,59 @@ TEST_F(TrainerTest, CompiledObjectiveTrainsLikeTheBuiltinLoss) {
   EXPECT_EQ(rl, 3);
 }
 
+// An objective that reads the critic's value and the reward: SAPO's loss
+// (stdlib/sapo_loss.cac) recomputes SAPO's advantages from them. With token
+// ratios (naive_is = 1), no dual clip and eps 0.2 it is the built-in PPO clip
+// on the sapo estimator's advantages, so the runs must agree.
+TEST_F(TrainerTest, CompiledObjectiveReadsValueAndReward) {
+  std::string compiler = CAC_TEST_COMPILER;
+  if (compiler.empty())
+    GTEST_SKIP() << "no cac compiler in this build";
+  std::string obj =
+      (fs::path(CAC_TEST_SOURCE_DIR) / "stdlib" / "sapo_loss.cac").string();
+  auto withCritic = [&](std::string src) {
+    src.replace(src.find("critic = none"), 13,
+                "critic = value_head(coef = 0.5)");
+    return src;
+  };
+  TrainConfig builtin = config(
+      withCritic(source("sapo", "  objective = ppo_clip(eps = 0.2)\n")), "b");
+  TrainConfig compiled =
+      config(withCritic(source("sapo", "  objective = cac(\"" + obj +
+                                           "\", naive_is = 1, dual_clip = 0, "
+                                           "eps_high = 0.2)\n")),
+             "c");
+  TrainerOptions opts;
+  opts.compiler = compiler;
+  std::vector<json> a = runToEnd(builtin, opts), b = runToEnd(compiled, opts);
+  ASSERT_EQ(a.size(), b.size());
+  int rl = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i]["phase"] != "rl")
+      continue;
+    ++rl;
+    for (const char *k : {"loss", "pg_loss", "value_loss", "grad_norm",
+                          "clip_frac", "reward_mean", "kl", "ratio_mean"}) {
+      double x = a[i][k].get<double>(), y = b[i][k].get<double>();
+      double tol = std::string(k) == "ratio_mean" ? 1e-3 : 1e-4;
+      EXPECT_NEAR(x, y, tol * std::max(1.0, std::abs(x))) << k << " row " << i;
+    }
+  }
+  EXPECT_EQ(rl, 3);
+  // Without a critic there is no value to give it.
+  TrainConfig noCritic = config(
+      source("grpo", "  objective = cac(\"" + obj + "\", naive_is = 1)\n"),
+      "d");
+  opts.progress = false;
+  opts.verbose = false;
+  Trainer t(noCritic, opts);
+  DiagnosticEngine diag(noCritic.file.string(), "");
+  EXPECT_FALSE(t.prepare(diag));
+  EXPECT_NE(diag.render().find("the objective reads 'value': set a critic"),
+            std::string::npos)
+      << diag.render();
+}
+
 // A compiled objective must be differentiated by logp_new and read what the
 // trainer has; errors name the objective line.
 TEST_F(TrainerTest, CompiledObjectiveMismatchesAreDiagnosed) {

@@ -100,15 +100,23 @@ struct SampledTokens {
 };
 
 /// Samples one token per row from \p logits [B, V] with \p options
-/// (temperature, topK, topP) and the CPU generator \p gen.
+/// (temperature, topK, topP) and the CPU generator \p gen. \p siblings
+/// (optional, one entry per row): rows with the same value >= 0 sample
+/// without replacement, in row order: each draws, with its own uniform, from
+/// the (filtered) distribution with the tokens of the earlier rows of its
+/// group removed, while any mass is left (TreeAdv's distinct tokens at a
+/// branch point). The recorded log-probability stays the policy's, log p of
+/// the token. Greedy rows ignore it.
 SampledTokens sampleTokens(const at::Tensor &logits,
-                           const SamplingOptions &options, at::Generator &gen);
+                           const SamplingOptions &options, at::Generator &gen,
+                           const std::vector<int64_t> *siblings = nullptr);
 
 /// The same with the uniforms given: \p uniforms [B] in [0, 1), one per row
 /// (unused when greedy).
 SampledTokens sampleTokens(const at::Tensor &logits,
                            const SamplingOptions &options,
-                           const at::Tensor &uniforms);
+                           const at::Tensor &uniforms,
+                           const std::vector<int64_t> *siblings = nullptr);
 
 /// Sampling uniforms by position: the uniform in [0, 1) that draws the
 /// \p tokenIndex-th generated token (0-based) of decoder row \p row. A
@@ -135,12 +143,17 @@ public:
   /// Samples one token for every unfinished row; returns how many rows are
   /// still unfinished.
   int64_t step(at::Generator &gen);
+  /// step() where the rows with the same \p siblings[row] >= 0 (one entry
+  /// per decoder row) sample distinct tokens (sampleTokens).
+  int64_t step(at::Generator &gen, const std::vector<int64_t> &siblings);
   /// step() until every row has finished or \p maxSteps steps ran (< 0: no
   /// limit).
   void run(at::Generator &gen, int64_t maxSteps = -1);
   /// step() and run() with the uniforms taken from \p uniforms by row and
   /// token position instead of a generator's stream.
   int64_t step(const RowUniforms &uniforms);
+  int64_t step(const RowUniforms &uniforms,
+               const std::vector<int64_t> &siblings);
   void run(const RowUniforms &uniforms, int64_t maxSteps = -1);
   /// A new decoder whose row i continues row \p rows[i] of this one (rows may
   /// repeat). Generated tokens so far, logprobs and the KV cache are copied,

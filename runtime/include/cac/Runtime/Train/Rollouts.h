@@ -57,9 +57,12 @@ struct PlanStats {
   int64_t tokensSampled = 0;
   /// Response tokens of the flattened paths.
   int64_t tokensFlattenedResponse = 0;
-  /// Tree plans: nodes (roots included) and leaves; chain: MC states and
-  /// continuations.
+  /// Tree plans: nodes (roots included) and leaves; chain: MC states
+  /// sampled (distinct prefix queries) and rollouts.
   int64_t nodes = 0, leaves = 0;
+  /// Chain: segment starts whose prefix query was another rollout's of the
+  /// same prompt, so they shared its continuations (de-duplication).
+  int64_t sharedQueries = 0;
 };
 
 /// What a plan produced for one RL step.
@@ -121,7 +124,10 @@ using SegmentStartsFn = std::function<std::vector<std::vector<int64_t>>(
 /// chain: spec.n samples per prompt, then spec.samples continuations from the
 /// state before every segment start (forked from the rollout's retained KV
 /// cache); mcValue is the mean reward of a segment's continuations (the
-/// sampled rollout itself does not count, estimators.md §2.3).
+/// sampled rollout itself does not count, estimators.md §2.3). With
+/// spec.dedup, segment starts of one prompt's rollouts whose prefixes are
+/// the same tokens are one query: its continuations are sampled once and
+/// its value serves each of them.
 RolloutBatch sampleChain(const PlanContext &ctx,
                          const std::vector<std::vector<int64_t>> &prompts,
                          const RolloutSpec &spec,

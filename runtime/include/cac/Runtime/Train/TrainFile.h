@@ -166,8 +166,11 @@ struct RolloutSpec {
   double topP = 1.0;
   int64_t topK = 0;
   int64_t maxTokens = 16;
-  /// chain: Monte-Carlo continuations per segment start (N_mc).
+  /// chain: Monte-Carlo continuations per segment start (N_mc), and whether
+  /// identical prefix queries of a prompt's rollouts share one set of them
+  /// (the SPO code's de-duplication; estimators.md §2.3).
   int64_t samples = 4;
+  bool dedup = true;
   /// tree: children per node at each depth (W) and tokens per segment (M).
   std::vector<int64_t> branches;
   int64_t segLen = 8;
@@ -183,6 +186,10 @@ struct RolloutSpec {
   /// branch (empty: any high-entropy position may).
   int64_t trees = 1;
   int64_t children = 2;
+  /// forest: the children of a branch point draw distinct first tokens
+  /// (sampling without replacement, estimators.md §6.2); false: each
+  /// samples independently.
+  bool distinct = true;
   double tau = 1.4, tauStep = 0.0, tauMin = 1.0;
   std::vector<std::string> delimiters;
   SourceLoc loc;
