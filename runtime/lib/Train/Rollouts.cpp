@@ -393,6 +393,11 @@ RolloutBatch sampleForest(const PlanContext &ctx,
   while (dec.numUnfinished() > 0) {
     at::Tensor logits = dec.nextTokenLogits();
     at::Tensor logp = at::log_softmax(logits / temp, -1);
+    if (spec.entropyTopK > 0 && spec.entropyTopK < logp.size(-1)) {
+      // TreeAdv's approximation: the top-k probabilities, renormalised.
+      at::Tensor top = std::get<0>(logp.topk(spec.entropyTopK, -1));
+      logp = top - top.logsumexp(-1, /*keepdim=*/true);
+    }
     at::Tensor ent = -(logp.exp() * logp).nan_to_num(0.0).sum(-1);
     auto H = ent.accessor<float, 1>();
     std::vector<int64_t> rows, siblings;

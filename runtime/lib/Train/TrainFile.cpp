@@ -980,7 +980,7 @@ bool parseRollout(Checker &c, const Value &v, RolloutSpec &r) {
   } else if (isCall(v, "forest")) {
     r.kind = RolloutSpec::Kind::Forest;
     known = with({"n", "trees", "children", "tau", "tau_step", "tau_min",
-                  "delimiters", "distinct"});
+                  "delimiters", "distinct", "entropy_top_k"});
   } else {
     c.expected(v, "'rollout'", forms);
     return false;
@@ -1003,6 +1003,7 @@ bool parseRollout(Checker &c, const Value &v, RolloutSpec &r) {
   a.num("tau", r.tau, 0.0, 100.0);
   a.num("tau_step", r.tauStep, 0.0, 100.0);
   a.num("tau_min", r.tauMin, 0.0, 100.0);
+  a.integer("entropy_top_k", r.entropyTopK, 0, 1 << 30);
   int64_t distinct = r.distinct ? 1 : 0;
   a.integer("distinct", distinct, 0, 1);
   r.distinct = distinct != 0;

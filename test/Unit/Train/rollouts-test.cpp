@@ -318,6 +318,28 @@ TEST(Rollouts, ForestWithoutBranchPointsFillsFromThePrompt) {
   expectConsistentLogp(m, b, 1.0);
 }
 
+TEST(Rollouts, ForestEntropyOverTheTopK) {
+  // With the entropy over the top-1 probability (always 0), nothing exceeds
+  // tau = 0: no tree branches, every leaf is a fill from the prompt. Over the
+  // top-2 it is positive, so the root branches as with the full vocabulary.
+  TransformerLM m = tinyModel();
+  at::Generator gen = makeGenerator(9);
+  PlanContext ctx = context(m, gen, 1.0, 6, false);
+  RolloutSpec spec;
+  spec.kind = RolloutSpec::Kind::Forest;
+  spec.n = 4;
+  spec.trees = 2;
+  spec.entropyTopK = 1;
+  RolloutBatch b = sampleForest(ctx, testPrompts(), spec, 0.0);
+  ASSERT_EQ(b.rolls.size(), 12u);
+  for (int64_t p : b.nodeParent)
+    EXPECT_EQ(p, -1);
+  spec.entropyTopK = 2;
+  b = sampleForest(ctx, testPrompts(), spec, 0.0);
+  ASSERT_EQ(b.rolls.size(), 12u);
+  EXPECT_EQ(b.stats.nodes, 3 * 2 * 3); // each tree: a root, 2 children
+}
+
 TEST(Rollouts, ChainMonteCarloKeepsThePrefix) {
   TransformerLM m = tinyModel();
   at::Generator gen = makeGenerator(2);

@@ -190,6 +190,10 @@ struct RolloutSpec {
   /// (sampling without replacement, estimators.md §6.2); false: each
   /// samples independently.
   bool distinct = true;
+  /// forest: the branching entropy over the renormalised top-k
+  /// probabilities (TreeAdv's approximation, k unpublished); 0: the full
+  /// vocabulary.
+  int64_t entropyTopK = 0;
   double tau = 1.4, tauStep = 0.0, tauMin = 1.0;
   std::vector<std::string> delimiters;
   SourceLoc loc;
