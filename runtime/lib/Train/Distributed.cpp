@@ -192,16 +192,12 @@ std::pair<int64_t, int64_t> shardRange(int64_t n, int rank, int world) {
   return {n * rank / world, n * (rank + 1) / world};
 }
 
-namespace {
-
 uint64_t splitmix64(uint64_t x) {
   x += 0x9e3779b97f4a7c15ULL;
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
   return x ^ (x >> 31);
 }
-
-} // namespace
 
 float rolloutUniform(uint64_t seed, int64_t step, int64_t prompt,
                      int64_t stream, int64_t tokenIndex) {

@@ -2,6 +2,8 @@
 
 #include "cac/Runtime/Train/ReplayBuffer.h"
 
+#include "cac/Runtime/Train/Distributed.h"
+
 #include <algorithm>
 #include <map>
 #include <stdexcept>
@@ -12,17 +14,10 @@ namespace cac::rt::train {
 
 namespace {
 
-uint64_t mix(uint64_t x) { // splitmix64's finaliser
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
 uint64_t entryKey(uint64_t seed, int64_t step, const ReplayEntry &e) {
-  uint64_t h = mix(seed ^ 0x6361632d7265706cULL); // "cac-repl"
+  uint64_t h = splitmix64(seed ^ 0x6361632d7265706cULL); // "cac-repl"
   for (int64_t v : {step, e.step, e.slot, e.ordinal})
-    h = mix(h ^ static_cast<uint64_t>(v));
+    h = splitmix64(h ^ static_cast<uint64_t>(v));
   return h;
 }
 
