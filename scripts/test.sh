@@ -10,6 +10,8 @@ scripts/build.sh
 BUILD=${CAC_BUILD_DIR:-build}
 status=0
 (cd "$BUILD" && ctest --output-on-failure -j"$(nproc)") || status=1
+# The Python reference's own worked vectors and gradient checks.
+python3 test/reference/vectors_test.py || status=1
 # Every stdlib estimator against the independent Python reference, both
 # backends; every stdlib objective's compiled gradient against LibTorch
 # autograd and the reference, in every aggregation mode.

@@ -119,6 +119,15 @@ def td_errors(values, reward, gamma):
     return delta
 
 
+def gae_dense_seq(values, rewards, gamma, lam):
+    """GAE on a token reward r[t] (§1.1: R on the last token plus a KL penalty per token)."""
+    T = len(values)
+    delta = [rewards[t] + gamma * (values[t + 1] if t + 1 < T else 0.0) - values[t]
+             for t in range(T)]
+    adv = reverse_scan(delta, [gamma * lam] * T)
+    return adv, [a + v for a, v in zip(adv, values)]
+
+
 def gae_seq(values, reward, gamma, lam):
     """GAE (§1.1): A[t] = delta[t] + gamma*lambda*A[t+1]; returns A + V."""
     delta = td_errors(values, reward, gamma)
@@ -478,6 +487,13 @@ def eval_gae(b, p):
     return _output(b, token={"adv": list(adv), "ret": list(ret)})
 
 
+def eval_gae_dense(b, p):
+    V, r = b.tok("value"), b.tok("reward")
+    adv, ret = zip(*[gae_dense_seq(V[i], r[i], p["gamma"], p["lambda"]) for i in range(b.B)]) \
+        if b.B else ((), ())
+    return _output(b, token={"adv": list(adv), "ret": list(ret)})
+
+
 def eval_grpo(b, p):
     adv = group_normalized(b.sq("reward"), b.groups, p["eps"], flag(p["unbiased"]),
                            flag(p["eps_in_sqrt"]))
@@ -583,6 +599,9 @@ METHODS = {
     "gae": (eval_gae, {"gamma": 1.0, "lambda": 0.95},
             {"token": ["value"], "seq": ["reward"]},
             [("token", "adv"), ("token", "ret")], []),
+    "gae_dense": (eval_gae_dense, {"gamma": 1.0, "lambda": 0.95},
+                  {"token": ["value", "reward"]},
+                  [("token", "adv"), ("token", "ret")], []),
     "grpo": (eval_grpo, {"eps": 1e-6, "unbiased": 0, "eps_in_sqrt": 0},
              {"seq": ["reward", "group"]}, [("token", "adv")], []),
     "rloo": (eval_rloo, {}, {"seq": ["reward", "group"]}, [("token", "adv")], []),
@@ -896,6 +915,7 @@ def objective(name, data, params=None):
 # Parameter variants drawn for "random" parameters (defaults are used in "default" mode).
 PARAM_CHOICES = {
     "gae": {"gamma": [1.0, 0.99, 0.9], "lambda": [0.95, 1.0, 0.0, 0.9, 0.5]},
+    "gae_dense": {"gamma": [1.0, 0.99, 0.9], "lambda": [0.95, 1.0, 0.0, 0.9, 0.5]},
     "grpo": {"eps": [1e-6, 1e-8, 1e-4, 0.01], "unbiased": [0, 1], "eps_in_sqrt": [0, 1]},
     "gspo": {"eps": [1e-6, 1e-8, 1e-4, 0.01], "unbiased": [0, 1], "eps_in_sqrt": [0, 1]},
     "rloo": {},
@@ -1216,6 +1236,16 @@ def random_batch(method, seed, max_len=64, num_seqs=None, params="mixed",
         data["token"]["logp"] = logp_rows(lengths, [0.9])
     elif method == "gae":
         data["token"]["value"] = [[_value(rng) for _ in range(n)] for n in lengths]
+    elif method == "gae_dense":
+        # A token reward: the outcome on the last token minus a KL penalty
+        # coef * kl[t] on every token (kl >= 0, as k1 of a sampled token
+        # mostly is), as cac-run builds it with `kl = k1(.., in_reward = 1)`.
+        del data["seq"]["reward"]
+        data["token"]["value"] = [[_value(rng) for _ in range(n)] for n in lengths]
+        coef = rng.choice([0.0, 0.001, 0.01, 0.1])
+        data["token"]["reward"] = [
+            [f32(-coef * rng.uniform(0.0, 2.0) + (rewards[i] if t == n - 1 else 0.0))
+             for t in range(n)] for i, n in enumerate(lengths)]
     elif method == "sae":
         data["token"]["value"] = [[_value(rng) for _ in range(n)] for n in lengths]
         data["token"]["logp"] = logp_rows(lengths, sorted({full["threshold"], 0.2}))

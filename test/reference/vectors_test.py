@@ -220,12 +220,14 @@ def aggregation_modes():
     A = [[1.0, 2.0, 3.0], [4.0]]
     batch = {"token": {"logp": [[0.0] * 3, [0.0]], "logp_new": [[0.0] * 3, [0.0]], "adv": A}}
     want = {"token-mean": -10 / 4, "seq-mean-token-mean": -(2 + 4) / 2,
-            "seq-mean-token-sum": -(6 + 4) / 2, "seq-mean-token-sum-norm": -10 / 3}
+            "seq-mean-token-sum": -(6 + 4) / 2,
+            # (1/B) sum / L with L the longest sequence (docs/language.md)
+            "seq-mean-token-sum-norm": -10 / (2 * 3)}
     for mode, w in want.items():
         close(R.objective("ppo_clip", dict(batch, params={"agg": mode}))["loss"], w, 1e-12, mode)
         k = R.AGG_MODES.index(mode)
         close(R.objective("ppo_clip", dict(batch, params={"agg": k}))["loss"], w, 1e-12, mode)
-    close(R.objective("ppo_clip", dict(batch, params={"agg": 3, "norm_len": 5}))["loss"], -2.0,
+    close(R.objective("ppo_clip", dict(batch, params={"agg": 3, "norm_len": 5}))["loss"], -1.0,
           1e-12, "norm_len")
     # Masked token-mean (SPO): only the weighted tokens count.
     wb = dict(batch, token=dict(batch["token"], weight=[[1, 0, 1], [0]]))
