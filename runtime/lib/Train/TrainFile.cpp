@@ -1121,14 +1121,18 @@ bool parseKl(Checker &c, const Value &v, KlSpec &k) {
     return true;
   }
   if (isCall(v, "k1") || isCall(v, "k3")) {
-    Args a(c, v, {"coef"}, {"coef"});
+    Args a(c, v, {"coef", "in_reward"}, {"coef"});
     if (!a.require("coef"))
       return false;
     a.num("coef", k.coef, 0.0, 1e6);
+    int64_t inReward = 0;
+    a.integer("in_reward", inReward, 0, 1);
+    k.inReward = inReward != 0;
     k.kind = v.text == "k1" ? KlSpec::Kind::K1 : KlSpec::Kind::K3;
     return a.ok();
   }
-  c.expected(v, "'kl'", "none, k1(coef = ..) or k3(coef = ..)");
+  c.expected(v, "'kl'",
+             "none, k1(coef = .., in_reward = 0|1) or k3(coef = .., ...)");
   return false;
 }
 

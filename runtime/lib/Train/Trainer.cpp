@@ -174,6 +174,9 @@ struct Trainer::Impl {
   /// `value_weight` masking the value loss.
   bool promptCritic = false, readsMc = false, hasWeight = false,
        hasValueWeight = false;
+  /// The estimator reads `reward : token`: R on each sequence's last token,
+  /// minus the KL penalty with `kl = ..(in_reward = 1)`.
+  bool denseReward = false;
   /// `objective = "FILE.cac"`: the compiled objective, its parameters, and
   /// the inputs it reads besides logp_new.
   std::optional<CompiledObjective> objective;
@@ -354,7 +357,8 @@ struct Trainer::Impl {
         {"logp", Domain::Token},  {"logp_old", Domain::Token},
         {"p_old", Domain::Token}, {"entropy", Domain::Token},
         {"value", Domain::Token}, {"logp_ref", Domain::Token},
-        {"reward", Domain::Seq},  {"group", Domain::Seq},
+        {"reward", Domain::Seq},  {"reward", Domain::Token},
+        {"group", Domain::Seq},
         {"length", Domain::Seq},  {"value", Domain::Seq},
         {"mc_value", Domain::Seg}, {"newline", Domain::Token}};
     bool readsValue = false;
@@ -382,6 +386,8 @@ struct Trainer::Impl {
       }
       if (b.name == "mc_value")
         readsMc = true;
+      if (b.name == "reward")
+        denseReward = b.domain == Domain::Token;
       if (b.name == "logp_ref")
         needReference = true;
     }
@@ -576,6 +582,15 @@ struct Trainer::Impl {
       return false;
     if (cfg.kl.kind != KlSpec::Kind::None && cfg.kl.coef > 0)
       needReference = true;
+    if (cfg.kl.inReward && !denseReward) {
+      diag.error(cfg.kl.loc,
+                 "the KL penalty in the reward (in_reward = 1) goes on every "
+                 "token's reward, but estimator '" +
+                     bundle->manifest().estimator +
+                     "' reads 'reward : seq'; use one that reads 'reward : "
+                     "token' (e.g. stdlib/gae_dense.cac)");
+      return false;
+    }
     if (cfg.objective.compiled && !loadObjective(diag))
       return false;
 
@@ -1073,6 +1088,8 @@ struct Trainer::Impl {
         inputs[b.name] = rt.oldValues;
       else if (b.name == "logp_ref")
         inputs[b.name] = rt.refLogp;
+      else if (b.name == "reward" && b.domain == Domain::Token)
+        inputs[b.name] = tokenRewards(rolls, rt);
       else if (b.name == "reward")
         inputs[b.name] = at::tensor(rewards, at::kFloat);
       else if (b.name == "group")
@@ -1092,6 +1109,25 @@ struct Trainer::Impl {
     } catch (const std::exception &e) {
       throw TrainError(std::string("running the estimator: ") + e.what());
     }
+  }
+
+  /// The token reward of \p rolls (packed): R on each rollout's last token,
+  /// minus coef * KL(pi_old || pi_ref) on every token when the KL is in the
+  /// reward (the estimator of the rollout-time log-probabilities, k1 or k3).
+  at::Tensor tokenRewards(const std::vector<Rollout> &rolls,
+                          const RolloutTensors &rt) const {
+    at::Tensor r = at::zeros({rt.oldLogp.defined() ? rt.oldLogp.size(0) : 0},
+                             at::kFloat);
+    auto acc = r.accessor<float, 1>();
+    int64_t off = 0;
+    for (const Rollout &x : rolls) {
+      off += static_cast<int64_t>(x.response.size());
+      if (!x.response.empty())
+        acc[off - 1] = static_cast<float>(x.reward);
+    }
+    if (cfg.kl.inReward && cfg.kl.coef > 0 && r.numel() > 0)
+      r = r - cfg.kl.coef * klEstimate(rt.oldLogp, rt.refLogp, cfg.kl.kind);
+    return r;
   }
 
   /// 1 on response tokens whose text holds a line break (VinePPO's steps).
@@ -1258,6 +1294,18 @@ struct Trainer::Impl {
     auto ts = Clock::now();
     RolloutTensors rt = rolloutTensors(rolls);
     double timeScore = seconds(ts);
+    if (cfg.kl.inReward && cfg.kl.coef > 0) {
+      // The mean penalty a token's reward carries.
+      std::vector<double> v{0.0, 0.0};
+      if (rt.oldLogp.defined() && rt.oldLogp.numel() > 0) {
+        v[0] = (cfg.kl.coef * klEstimate(rt.oldLogp, rt.refLogp, cfg.kl.kind))
+                   .sum()
+                   .item<double>();
+        v[1] = static_cast<double>(rt.oldLogp.numel());
+      }
+      reduceSum(v);
+      row["kl_reward"] = v[1] > 0 ? v[0] / v[1] : 0.0;
+    }
 
     // 2. The estimator.
     auto te = Clock::now();
@@ -1566,7 +1614,8 @@ struct Trainer::Impl {
                    : -agg(f);
         }
         at::Tensor loss = pg;
-        if (cfg.kl.kind != KlSpec::Kind::None && cfg.kl.coef > 0) {
+        if (cfg.kl.kind != KlSpec::Kind::None && cfg.kl.coef > 0 &&
+            !cfg.kl.inReward) {
           at::Tensor kl =
               agg(klEstimate(logp, refLogp.index_select(0, ti), cfg.kl.kind));
           loss = loss + cfg.kl.coef * kl;

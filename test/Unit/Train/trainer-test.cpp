@@ -152,6 +152,72 @@ TEST_F(TrainerTest, SteppedTaskLogsTheStepFraction) {
     EXPECT_FALSE(r.contains("eval_steps_frac"));
 }
 
+// A token reward (stdlib/gae_dense.cac): without a KL in the reward it is R on
+// the last token, so the run equals stdlib/gae.cac's; with `kl = k1(coef,
+// in_reward = 1)` every token's reward carries -coef * KL(pi_old || pi_ref),
+// which is 0 at the first RL step (the reference is the policy at RL start)
+// and moves the advantages after it, and no KL loss term is added.
+TEST_F(TrainerTest, KlInTheRewardNeedsAndShapesATokenReward) {
+  auto noKl = [&](std::string src) {
+    src.replace(src.find("kl = k3(coef = 0.01)"), 20, "kl = none");
+    return src;
+  };
+  auto withCritic = [&](std::string src) {
+    src.replace(src.find("critic = none"), 13,
+                "critic = value_head(coef = 0.5)");
+    return src;
+  };
+  std::vector<json> gae = withoutTimes(runToEnd(config(noKl(source("gae")), "a")));
+  std::vector<json> dense =
+      withoutTimes(runToEnd(config(withCritic(noKl(source("gae_dense"))), "b")));
+  ASSERT_EQ(gae.size(), dense.size());
+  for (size_t i = 0; i < gae.size(); ++i)
+    for (const char *k : {"loss", "value_loss", "grad_norm", "adv_mean",
+                          "adv_std", "reward_mean"})
+      if (gae[i].contains(k))
+        EXPECT_NEAR(gae[i][k].get<double>(), dense[i][k].get<double>(),
+                    1e-6 * std::max(1.0, std::abs(gae[i][k].get<double>())))
+            << k << " row " << i;
+  std::string src = withCritic(source("gae_dense"));
+  src.replace(src.find("kl = k3(coef = 0.01)"), 20,
+              "kl = k1(coef = 0.5, in_reward = 1)");
+  std::vector<json> shaped = withoutTimes(runToEnd(config(src, "c")));
+  ASSERT_EQ(shaped.size(), dense.size());
+  int rl = 0;
+  for (size_t i = 0; i < shaped.size(); ++i) {
+    if (shaped[i]["phase"] != "rl")
+      continue;
+    ASSERT_TRUE(shaped[i].contains("kl_reward"));
+    ASSERT_TRUE(shaped[i].contains("kl")); // logged, not in the loss
+    double penalty = shaped[i]["kl_reward"].get<double>();
+    double da = std::abs(shaped[i]["adv_mean"].get<double>() -
+                         dense[i]["adv_mean"].get<double>());
+    if (rl++ == 0) {
+      EXPECT_EQ(penalty, 0.0);
+      EXPECT_LT(da, 1e-6);
+    } else {
+      EXPECT_NE(penalty, 0.0);
+      EXPECT_GT(da, 1e-6);
+    }
+  }
+  EXPECT_EQ(rl, 3);
+  // A seq reward cannot carry it.
+  std::string bad = source("gae");
+  bad.replace(bad.find("kl = k3(coef = 0.01)"), 20,
+              "kl = k1(coef = 0.5, in_reward = 1)");
+  TrainConfig cfg = config(bad, "d");
+  TrainerOptions opts;
+  opts.progress = false;
+  opts.verbose = false;
+  Trainer t(cfg, opts);
+  DiagnosticEngine diag(cfg.file.string(), "");
+  EXPECT_FALSE(t.prepare(diag));
+  EXPECT_NE(diag.render().find("estimator 'gae' reads 'reward : seq'; use one "
+                               "that reads 'reward : token'"),
+            std::string::npos)
+      << diag.render();
+}
+
 // `objective = "stdlib/ppo_kl.cac"` (the compiled kernels' loss and gradient)
 // trains like the built-in ppo_clip with a k3 KL term: the same metrics, up to
 // the kernels' f32 rounding.

@@ -229,6 +229,10 @@ struct KlSpec {
   enum class Kind { None, K1, K3 };
   Kind kind = Kind::None;
   double coef = 0;
+  /// In the reward (verl's use_kl_in_reward): -coef * KL(pi_old || pi_ref)
+  /// on every token's reward, for an estimator with `reward : token`,
+  /// instead of a loss term.
+  bool inReward = false;
   SourceLoc loc;
 };
 
