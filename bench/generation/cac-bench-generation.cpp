@@ -27,6 +27,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cac/Runtime/Model/Config.h"
+#include "cac/Runtime/Model/CpuKernels.h"
 #include "cac/Runtime/Model/Generation.h"
 #include "cac/Runtime/Model/Transformer.h"
 
@@ -150,7 +151,7 @@ int main(int argc, char **argv) {
     else
       usage();
   }
-  at::set_num_threads(std::max(threads, 1));
+  setCpuThreads(std::max(threads, 1));
   torch::NoGradGuard noGrad;
 
   std::printf("%lld prompts x %lld samples, prompt %lld tokens, %d threads, "

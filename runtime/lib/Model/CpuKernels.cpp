@@ -2,6 +2,7 @@
 
 #include "cac/Runtime/Model/CpuKernels.h"
 
+#include <ATen/Parallel.h>
 #include <ATen/Version.h>
 
 #include <dlfcn.h>
@@ -40,6 +41,17 @@ std::string blasCore() {
 }
 
 } // namespace
+
+bool setCpuThreads(int n) {
+  at::set_num_threads(n);
+  using SetThreads = void (*)(int);
+  auto fn = reinterpret_cast<SetThreads>(
+      ::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
+  if (!fn)
+    return false;
+  fn(n);
+  return true;
+}
 
 std::string cpuKernelSet() {
   // Fixed for the process: both are chosen when the libraries load.

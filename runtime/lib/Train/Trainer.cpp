@@ -576,7 +576,7 @@ struct Trainer::Impl {
                        "(the file sets prompts = " +
                        std::to_string(cfg.prompts) + ")");
     if (cfg.threads > 0)
-      at::set_num_threads(static_cast<int>(cfg.threads));
+      setCpuThreads(static_cast<int>(cfg.threads));
     fs::create_directories(cfg.out);
     if (!loadEstimator(diag))
       return false;

@@ -20,6 +20,14 @@ namespace cac::rt {
 /// "BLAS unknown" when the BLAS in the process is not OpenBLAS.
 std::string cpuKernelSet();
 
+/// Runs LibTorch on \p n threads: ATen's intra-op pool and, when the BLAS is
+/// OpenBLAS, OpenBLAS's own thread pool, which at::set_num_threads does not
+/// reach (it would otherwise use every core, so that two data-parallel
+/// workers of one thread each ran four busy threads on two cores). Returns
+/// whether the BLAS was set too. A matrix product's elements are each
+/// computed by one thread, so results do not depend on \p n.
+bool setCpuThreads(int n);
+
 } // namespace cac::rt
 
 #endif // CAC_RUNTIME_MODEL_CPUKERNELS_H
