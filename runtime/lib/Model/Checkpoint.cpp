@@ -159,6 +159,17 @@ void saveCheckpoint(const fs::path &dir, const CheckpointState &state) {
   saveSafetensors(out.path() / "rng.safetensors", rng);
   record("rng.safetensors");
   meta["generators"] = gens;
+  if (!state.tensors.empty()) {
+    json names = json::array();
+    for (const auto &[name, t] : state.tensors) {
+      if (name.empty())
+        throw std::runtime_error("checkpoint: a tensor without a name");
+      names.push_back(name);
+    }
+    saveSafetensors(out.path() / "tensors.safetensors", state.tensors);
+    record("tensors.safetensors");
+    meta["tensors"] = names;
+  }
   meta["files"] = files;
 
   // checkpoint.json last: its presence means everything else is complete.
@@ -364,6 +375,26 @@ void loadCheckpoint(const fs::path &dir, CheckpointState &state) {
   } catch (const c10::Error &e) {
     fail(dir, std::string("rng.safetensors: invalid generator state: ") +
                   e.what_without_backtrace());
+  }
+  state.tensors.clear();
+  if (meta.contains("tensors")) try {
+    std::unique_ptr<SafetensorsReader> file;
+    try {
+      file = std::make_unique<SafetensorsReader>(dir / "tensors.safetensors");
+    } catch (const std::exception &e) {
+      fail(dir, e.what());
+    }
+    const SafetensorsReader &reader = *file;
+    for (const json &n : meta.at("tensors")) {
+      std::string name = n.get<std::string>();
+      if (!reader.contains(name))
+        fail(dir, "tensors.safetensors has no tensor '" + name + "'");
+      state.tensors[name] = reader.readRaw(name);
+    }
+  } catch (const json::exception &e) {
+    fail(dir, std::string("checkpoint.json: malformed 'tensors': ") + e.what());
+  } catch (const c10::Error &e) {
+    fail(dir, std::string("tensors.safetensors: ") + e.what_without_backtrace());
   }
   state.step = info.step;
   state.extra = info.extra;

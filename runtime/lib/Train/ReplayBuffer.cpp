@@ -121,15 +121,22 @@ void ReplayBuffer::loadJson(const nlohmann::json &j, int64_t slotBegin,
           e.adv.size() != T || (!e.weight.empty() && e.weight.size() != T))
         throw std::runtime_error("its per-token arrays differ in length from "
                                  "its " + std::to_string(T) + " tokens");
-      if (e.slot >= slotBegin && e.slot < slotEnd)
-        loaded.push_back(std::move(e));
+      loaded.push_back(std::move(e));
     } catch (const nlohmann::json::exception &err) {
       throw std::runtime_error(where + ": " + err.what());
     } catch (const std::runtime_error &err) {
       throw std::runtime_error(where + ": " + err.what());
     }
   }
-  entries_ = std::move(loaded);
+  load(std::move(loaded), slotBegin, slotEnd);
+}
+
+void ReplayBuffer::load(std::vector<ReplayEntry> entries, int64_t slotBegin,
+                        int64_t slotEnd) {
+  entries_.clear();
+  for (ReplayEntry &e : entries)
+    if (e.slot >= slotBegin && e.slot < slotEnd)
+      entries_.push_back(std::move(e));
 }
 
 std::vector<double> ReplayBuffer::pack(const std::vector<ReplayEntry> &entries) {
@@ -164,8 +171,15 @@ std::vector<ReplayEntry> ReplayBuffer::unpack(const std::vector<double> &v) {
     e.ordinal = static_cast<int64_t>(v[at + 2]);
     e.sample.reward = v[at + 3];
     e.sample.correct = v[at + 4] != 0.0;
+    for (int k = 5; k < 8; ++k)
+      if (!(v[at + k] >= 0 && v[at + k] < 1e12))
+        throw std::runtime_error("replay buffer: a packed entry has an "
+                                 "invalid length");
     size_t P = static_cast<size_t>(v[at + 5]), T = static_cast<size_t>(v[at + 6]),
            W = static_cast<size_t>(v[at + 7]);
+    if (W != 0 && W != T)
+      throw std::runtime_error("replay buffer: a packed entry's weight "
+                               "differs in length from its tokens");
     at += 8;
     need(P + 4 * T + W);
     auto ints = [&](std::vector<int64_t> &dst, size_t n) {

@@ -778,12 +778,12 @@ struct Trainer::Impl {
     return st;
   }
 
-  /// Every worker's replay buffer entries, in rank order (a collective:
-  /// every worker calls it).
-  std::vector<ReplayEntry> gatherReplay() {
-    if (!dist())
-      return replay.entries();
+  /// Every worker's replay buffer entries, packed (ReplayBuffer::pack), in
+  /// rank order (a collective: every worker calls it).
+  std::vector<double> gatherReplay() {
     std::vector<double> mine = ReplayBuffer::pack(replay.entries());
+    if (!dist())
+      return mine;
     std::vector<double> sizes(static_cast<size_t>(worldSize()), 0.0);
     sizes[static_cast<size_t>(rank())] = static_cast<double>(mine.size());
     reduceSum(sizes);
@@ -796,15 +796,15 @@ struct Trainer::Impl {
     std::vector<double> all(total, 0.0);
     std::copy(mine.begin(), mine.end(), all.begin() + static_cast<long>(at));
     reduceSum(all);
-    return ReplayBuffer::unpack(all);
+    return all;
   }
 
   /// Writes the checkpoint (rank 0; every worker calls it, for the replay
   /// buffer's gather).
   void saveCheckpointNow() {
-    nlohmann::json replayJson;
+    std::vector<double> replayPacked;
     if (replay.enabled())
-      replayJson = ReplayBuffer::toJson(gatherReplay());
+      replayPacked = gatherReplay();
     if (!writer())
       return;
     bool rl = step >= cfg.sft.steps;
@@ -814,8 +814,9 @@ struct Trainer::Impl {
                 {"sft_steps", cfg.sft.steps},
                 {"elapsed_s", elapsedBefore + seconds(runStart)},
                 {"cpu_kernels", cpuKernelSet()}};
-    if (replay.enabled())
-      st.extra["replay"] = std::move(replayJson);
+    if (replay.enabled()) // numbers, exactly (tokens, floats, counters)
+      st.tensors["replay"] =
+          at::tensor(replayPacked, at::kDouble).reshape({-1});
     if (!std::isnan(evalStart))
       st.extra["eval_acc_rl_start"] = evalStart;
     try {
@@ -867,9 +868,17 @@ struct Trainer::Impl {
         evalStart = st.extra["eval_acc_rl_start"].get<double>();
       elapsedBefore = st.extra.value("elapsed_s", 0.0);
       // This worker's share of the replay buffer (its prompts' slots).
-      if (replay.enabled() && st.extra.contains("replay")) {
+      if (replay.enabled() && st.tensors.count("replay")) {
+        at::Tensor t = st.tensors.at("replay").to(at::kDouble).contiguous();
         auto [lo, hi] = shardRange(cfg.prompts, rank(), worldSize());
-        replay.loadJson(st.extra["replay"], lo, hi);
+        try {
+          replay.load(ReplayBuffer::unpack(std::vector<double>(
+                          t.data_ptr<double>(), t.data_ptr<double>() + t.numel())),
+                      lo, hi);
+        } catch (const std::exception &e) {
+          throw TrainError("--resume: checkpoint '" + dir.string() +
+                           "': " + e.what());
+        }
       }
       // Other CPU kernels round differently: the run goes on, but will not
       // match an uninterrupted one bit for bit.

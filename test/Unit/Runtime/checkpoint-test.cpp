@@ -100,6 +100,44 @@ TEST(Checkpoint, SaveLoadResumesExactly) {
       3e-3);
 }
 
+TEST(Checkpoint, NamedTensorsRoundTripInTheirDtype) {
+  // A trainer's other state (a replay buffer) as tensors: saved to
+  // tensors.safetensors, restored exactly; a damaged file is reported.
+  TempDir dir;
+  Trainer a(100);
+  CheckpointState st = a.state(3);
+  st.tensors["replay"] = at::tensor({1.0, 0.1, 1e300, -2.5}, at::kDouble);
+  st.tensors["ids"] = at::arange(5, at::kLong);
+  saveCheckpoint(dir / "ckpt", st);
+  EXPECT_TRUE(fs::exists(dir / "ckpt" / "tensors.safetensors"));
+  Trainer b(200);
+  CheckpointState loaded = b.state();
+  loaded.tensors["stale"] = at::zeros({1});
+  loadCheckpoint(dir / "ckpt", loaded);
+  ASSERT_EQ(loaded.tensors.size(), 2u);
+  EXPECT_EQ(loaded.tensors["replay"].scalar_type(), at::kDouble);
+  EXPECT_TRUE(at::equal(loaded.tensors["replay"], st.tensors["replay"]));
+  EXPECT_TRUE(at::equal(loaded.tensors["ids"], st.tensors["ids"]));
+  // Without tensors there is no file, and loading gives none.
+  Trainer c(300);
+  saveCheckpoint(dir / "plain", c.state(1));
+  EXPECT_FALSE(fs::exists(dir / "plain" / "tensors.safetensors"));
+  CheckpointState none = c.state();
+  none.tensors["stale"] = at::zeros({1});
+  loadCheckpoint(dir / "plain", none);
+  EXPECT_TRUE(none.tensors.empty());
+  // Truncated: the recorded size no longer matches.
+  fs::resize_file(dir / "ckpt" / "tensors.safetensors", 10);
+  try {
+    loadCheckpoint(dir / "ckpt", loaded);
+    FAIL() << "no error";
+  } catch (const std::runtime_error &e) {
+    EXPECT_NE(std::string(e.what()).find("tensors.safetensors"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Checkpoint, OverwriteIsAtomicAndLeavesNoTemporaries) {
   TempDir dir;
   Trainer a(300);

@@ -12,7 +12,9 @@
 //===----------------------------------------------------------------------===//
 
 #include "cac/Runtime/Model/ModelIO.h"
+#include "cac/Runtime/Model/Safetensors.h"
 #include "cac/Runtime/Train/Distributed.h"
+#include "cac/Runtime/Train/ReplayBuffer.h"
 
 #include <nlohmann/json.hpp>
 
@@ -261,14 +263,17 @@ TEST_F(DistributedTest, TwoGlooWorkersResumeTheReplayBuffer) {
   ASSERT_EQ(
       cacRun(file.string() + " --workers 2 --steps 1 --out " + cut.string()),
       0);
-  // Entries of both workers' prompts wait in the checkpoint.
-  std::ifstream in(cut / "checkpoint" / "checkpoint.json");
-  json ck = json::parse(in);
+  // Entries of both workers' prompts wait in the checkpoint (its
+  // tensors.safetensors, packed).
+  SafetensorsReader ck(cut / "checkpoint" / "tensors.safetensors");
+  at::Tensor packed = ck.readRaw("replay").contiguous();
+  std::vector<ReplayEntry> waiting = ReplayBuffer::unpack(std::vector<double>(
+      packed.data_ptr<double>(), packed.data_ptr<double>() + packed.numel()));
   std::set<int64_t> slots;
-  for (const json &e : ck["extra"]["replay"])
-    slots.insert(e["slot"].get<int64_t>());
-  EXPECT_TRUE(slots.count(0) || slots.count(1)) << ck["extra"]["replay"].size();
-  EXPECT_TRUE(slots.count(2) || slots.count(3)) << ck["extra"]["replay"].size();
+  for (const ReplayEntry &e : waiting)
+    slots.insert(e.slot);
+  EXPECT_TRUE(slots.count(0) || slots.count(1)) << waiting.size();
+  EXPECT_TRUE(slots.count(2) || slots.count(3)) << waiting.size();
   ASSERT_EQ(
       cacRun(file.string() + " --workers 2 --resume --out " + cut.string()), 0);
   expectSameMetrics(metrics(cut), metrics(full));

@@ -7,6 +7,7 @@
 //   DIR/<model>/model.safetensors   "critic", ...): loadPretrained reads it
 //   DIR/optimizer.safetensors  AdamW state per parameter
 //   DIR/rng.safetensors        generator states
+//   DIR/tensors.safetensors    other named tensors (when there are any)
 //
 // It is written into `DIR.tmp-XXXXXX` (every file fsync'ed) and renamed to
 // DIR in one step (replacing an older DIR by an atomic exchange), so a crash
@@ -25,6 +26,7 @@
 #include <torch/optim/adamw.h>
 
 #include <filesystem>
+#include <map>
 #include <optional>
 #include <string>
 #include <utility>
@@ -50,6 +52,10 @@ struct CheckpointState {
   std::vector<std::pair<std::string, at::Generator>> generators;
   /// Anything else the trainer needs (schedules, metrics, data position).
   nlohmann::json extra = nlohmann::json::object();
+  /// Named CPU tensors the trainer needs besides the models (a replay
+  /// buffer), in their own dtype; loading replaces the map with the saved
+  /// ones.
+  std::map<std::string, at::Tensor> tensors;
 };
 
 /// Summary of a checkpoint folder without loading tensors.

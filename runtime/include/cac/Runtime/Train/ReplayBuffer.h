@@ -71,18 +71,24 @@ public:
   const std::vector<ReplayEntry> &entries() const { return entries_; }
   size_t size() const { return entries_.size(); }
 
-  /// The entries as JSON (the checkpoint's "replay"), and back. fromJson
-  /// keeps only the entries whose slot is in [slotBegin, slotEnd) (a
-  /// data-parallel worker's prompts) and throws std::runtime_error naming
-  /// what is malformed.
-  static nlohmann::json toJson(const std::vector<ReplayEntry> &entries);
-  void loadJson(const nlohmann::json &j, int64_t slotBegin, int64_t slotEnd);
-
   /// The entries flattened into numbers (tokens, floats and counters are
-  /// exact in double) and back: how data-parallel workers gather their
-  /// buffers for rank 0's checkpoint with a sum all-reduce.
+  /// exact in double) and back: the checkpoint's `replay` tensor, and how
+  /// data-parallel workers gather their buffers for rank 0's checkpoint with
+  /// a sum all-reduce. unpack throws std::runtime_error on a truncated or
+  /// inconsistent array.
   static std::vector<double> pack(const std::vector<ReplayEntry> &entries);
   static std::vector<ReplayEntry> unpack(const std::vector<double> &packed);
+
+  /// Replaces the entries with those of \p entries whose slot is in
+  /// [slotBegin, slotEnd) (a data-parallel worker's prompts).
+  void load(std::vector<ReplayEntry> entries, int64_t slotBegin,
+            int64_t slotEnd);
+
+  /// The entries as JSON (for inspection and tests), and back, filtered as
+  /// load() does; loadJson throws std::runtime_error naming what is
+  /// malformed.
+  static nlohmann::json toJson(const std::vector<ReplayEntry> &entries);
+  void loadJson(const nlohmann::json &j, int64_t slotBegin, int64_t slotEnd);
 
 private:
   int64_t steps_, take_;
