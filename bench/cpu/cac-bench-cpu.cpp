@@ -203,7 +203,7 @@ int main(int argc, char **argv) {
                  "(bench/cpu/run.sh compiles the bundles and runs it)\n");
     return 2;
   }
-  setCpuThreads(threads);
+  setCpuThreads(threads, /*blas=*/false);
   double bw = copyBandwidth(iters);
   std::printf("copy bandwidth: %.1f GB/s (read + write, 256 MiB, %d "
               "threads); eager on CPU kernels %s\n\n",

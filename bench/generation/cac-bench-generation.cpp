@@ -151,7 +151,7 @@ int main(int argc, char **argv) {
     else
       usage();
   }
-  setCpuThreads(std::max(threads, 1));
+  setCpuThreads(std::max(threads, 1), /*blas=*/false);
   torch::NoGradGuard noGrad;
 
   std::printf("%lld prompts x %lld samples, prompt %lld tokens, %d threads, "

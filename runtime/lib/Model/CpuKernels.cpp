@@ -42,8 +42,10 @@ std::string blasCore() {
 
 } // namespace
 
-bool setCpuThreads(int n) {
+bool setCpuThreads(int n, bool blas) {
   at::set_num_threads(n);
+  if (!blas)
+    return false;
   using SetThreads = void (*)(int);
   auto fn = reinterpret_cast<SetThreads>(
       ::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"));
@@ -56,7 +58,13 @@ bool setCpuThreads(int n) {
 std::string cpuKernelSet() {
   // Fixed for the process: both are chosen when the libraries load.
   static const std::string set = "ATen " + atenCapability() + ", " + blasCore();
-  return set;
+  using GetThreads = int (*)();
+  static const auto threads = reinterpret_cast<GetThreads>(
+      ::dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
+  if (!threads)
+    return set;
+  int n = threads();
+  return set + ", " + std::to_string(n) + (n == 1 ? " BLAS thread" : " BLAS threads");
 }
 
 } // namespace cac::rt

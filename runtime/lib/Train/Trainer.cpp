@@ -575,8 +575,12 @@ struct Trainer::Impl {
                        " workers need at least as many prompts per step "
                        "(the file sets prompts = " +
                        std::to_string(cfg.prompts) + ")");
+    // ATen's pool; OpenBLAS's too for data-parallel workers (N workers of T
+    // threads must not each run one BLAS thread per core). A single process
+    // keeps OpenBLAS's default, one thread per core: its thread count
+    // changes the rounding of some kernels, and the measured runs used it.
     if (cfg.threads > 0)
-      setCpuThreads(static_cast<int>(cfg.threads));
+      setCpuThreads(static_cast<int>(cfg.threads), dist() != nullptr);
     fs::create_directories(cfg.out);
     if (!loadEstimator(diag))
       return false;

@@ -28,14 +28,21 @@ TEST(CpuKernels, ThreadsReachOpenBlas) {
   auto blasThreads = reinterpret_cast<GetThreads>(
       ::dlsym(RTLD_DEFAULT, "openblas_get_num_threads"));
   int before = at::get_num_threads();
-  bool blas = setCpuThreads(1);
+  int blasBefore = blasThreads ? blasThreads() : 0;
+  bool blas = setCpuThreads(1, true);
   EXPECT_EQ(at::get_num_threads(), 1);
   EXPECT_EQ(blas, blasThreads != nullptr);
-  if (blasThreads)
+  if (blasThreads) {
     EXPECT_EQ(blasThreads(), 1);
-  setCpuThreads(2);
+    EXPECT_NE(cpuKernelSet().find(", 1 BLAS thread"), std::string::npos)
+        << cpuKernelSet();
+  }
+  // ATen only: OpenBLAS keeps its count.
+  EXPECT_FALSE(setCpuThreads(2, false));
   EXPECT_EQ(at::get_num_threads(), 2);
   if (blasThreads)
-    EXPECT_EQ(blasThreads(), 2);
-  setCpuThreads(before);
+    EXPECT_EQ(blasThreads(), 1);
+  setCpuThreads(before, false);
+  if (blasThreads)
+    setCpuThreads(blasBefore, true), setCpuThreads(before, false);
 }

@@ -15,18 +15,19 @@
 
 namespace cac::rt {
 
-/// "ATen AVX2, OpenBLAS Zen": ATen's CPU capability (ATEN_CPU_CAPABILITY
-/// overrides it) and OpenBLAS's core (OPENBLAS_CORETYPE overrides it), or
-/// "BLAS unknown" when the BLAS in the process is not OpenBLAS.
+/// "ATen AVX2, OpenBLAS Zen, 2 BLAS threads": ATen's CPU capability
+/// (ATEN_CPU_CAPABILITY overrides it), OpenBLAS's core (OPENBLAS_CORETYPE
+/// overrides it) and OpenBLAS's thread count (OPENBLAS_NUM_THREADS, or one per
+/// core; setCpuThreads), which changes the rounding of some of its kernels
+/// (Zen's); "BLAS unknown" when the BLAS in the process is not OpenBLAS.
 std::string cpuKernelSet();
 
-/// Runs LibTorch on \p n threads: ATen's intra-op pool and, when the BLAS is
-/// OpenBLAS, OpenBLAS's own thread pool, which at::set_num_threads does not
-/// reach (it would otherwise use every core, so that two data-parallel
-/// workers of one thread each ran four busy threads on two cores). Returns
-/// whether the BLAS was set too. A matrix product's elements are each
-/// computed by one thread, so results do not depend on \p n.
-bool setCpuThreads(int n);
+/// Sets ATen's intra-op pool to \p n threads and, with \p blas, OpenBLAS's
+/// own pool too, which at::set_num_threads does not reach (one thread per
+/// core otherwise, so that two data-parallel workers of one thread each ran
+/// four busy threads on two cores). Returns whether OpenBLAS was set. ATen's
+/// count does not change results; OpenBLAS's can (cpuKernelSet).
+bool setCpuThreads(int n, bool blas);
 
 } // namespace cac::rt
 
