@@ -40,9 +40,12 @@ TEST(CpuKernels, ThreadsReachOpenBlas) {
   // ATen only: OpenBLAS keeps its count.
   EXPECT_FALSE(setCpuThreads(2, false));
   EXPECT_EQ(at::get_num_threads(), 2);
-  if (blasThreads)
+  if (blasThreads) {
     EXPECT_EQ(blasThreads(), 1);
+  }
   setCpuThreads(before, false);
-  if (blasThreads)
-    setCpuThreads(blasBefore, true), setCpuThreads(before, false);
+  if (blasThreads) { // restore OpenBLAS's count (ATen's is unchanged)
+    setCpuThreads(blasBefore, true);
+    setCpuThreads(before, false);
+  }
 }

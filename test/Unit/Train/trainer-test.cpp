@@ -174,10 +174,11 @@ TEST_F(TrainerTest, KlInTheRewardNeedsAndShapesATokenReward) {
   for (size_t i = 0; i < gae.size(); ++i)
     for (const char *k : {"loss", "value_loss", "grad_norm", "adv_mean",
                           "adv_std", "reward_mean"})
-      if (gae[i].contains(k))
+      if (gae[i].contains(k)) {
         EXPECT_NEAR(gae[i][k].get<double>(), dense[i][k].get<double>(),
                     1e-6 * std::max(1.0, std::abs(gae[i][k].get<double>())))
             << k << " row " << i;
+      }
   std::string src = withCritic(source("gae_dense"));
   src.replace(src.find("kl = k3(coef = 0.01)"), 20,
               "kl = k1(coef = 0.5, in_reward = 1)");
