@@ -15,7 +15,7 @@ cp -r /usr/include/nlohmann "$deps/include/"
 # machine has no MLIR to make them): StdlibBundle tests run them there.
 cac=${CAC:-$repo/build/bin/cac}
 if [ -x "$cac" ]; then
-  for m in gae grpo; do
+  for m in gae grpo; do  # grpo: also runtime/tools/cac-run/gpu-check/run.sh
     "$cac" compile --bundle "$deps/stdlib-bundles/$m" \
       -o "$deps/stdlib-bundles/$m.ptx" "$repo/stdlib/$m.cac"
   done
