@@ -8,9 +8,9 @@
 // one run:
 //   eager    the eager LibTorch backend (cac_eager) on the padded batch: the
 //            reference, one tensor operation per dialect operation;
-//   loop     the loop verl runs, for the methods verl has: gae
-//            (compute_gae_advantage_return, a loop over t of LibTorch column
-//            operations), grpo and rloo (compute_grpo_outcome_advantage and
+//   loop     the loop verl runs, for the methods verl has: gae and
+//            gae_dense (compute_gae_advantage_return, a loop over t of
+//            LibTorch column operations on token rewards), grpo and rloo (compute_grpo_outcome_advantage and
 //            compute_rloo_outcome_advantage: per-sample loops that gather each
 //            group's scores, then per-group statistics); here in C++, so
 //            without Python's per-iteration overhead;
@@ -162,7 +162,7 @@ struct Shape {
 
 int main(int argc, char **argv) {
   std::string stdlibDir = "stdlib", bundlesDir;
-  std::vector<std::string> methods = {"gae",     "sae",       "grpo",
+  std::vector<std::string> methods = {"gae",     "gae_dense", "sae",       "grpo",
                                       "rloo",    "sppo",      "vineppo",
                                       "spo_chain", "sapo",    "treeadv",
                                       "spo_tree"};
@@ -341,15 +341,20 @@ int main(int argc, char **argv) {
       }
 
       std::string loopMs = "—", loopRatio = "—";
-      if (name == "gae" || name == "grpo" || name == "rloo") {
-        // verl's layout: [B, T] token rewards, the outcome on the last token.
+      if (name == "gae" || name == "gae_dense" || name == "grpo" ||
+          name == "rloo") {
+        // verl's layout: [B, T] token rewards, the outcome on the last token
+        // (gae_dense's are already token rewards).
         at::Tensor rewards = at::zeros({B, T});
-        rewards.select(1, T - 1).copy_(inputs["reward"]);
+        if (name == "gae_dense")
+          rewards = inputs["reward"].view({B, T});
+        else
+          rewards.select(1, T - 1).copy_(inputs["reward"]);
         at::Tensor mask = at::ones({B, T});
         at::Tensor index = at::arange(B, at::kLong).div(8, "floor");
         at::Tensor loopAdv;
         double ms = medianMs(iters, [&] {
-          if (name == "gae")
+          if (name == "gae" || name == "gae_dense")
             loopAdv = verlGae(inputs["value"].view({B, T}), rewards, 1.0, 0.95)
                           .first;
           else if (name == "grpo")
