@@ -35,6 +35,7 @@ const std::vector<std::string> &metricColumns() {
                                                 "value_loss",
                                                 "kl",
                                                 "kl_reward",
+                                                "kl_coef",
                                                 "entropy",
                                                 "clip_frac",
                                                 "ratio_mean",

@@ -1121,18 +1121,27 @@ bool parseKl(Checker &c, const Value &v, KlSpec &k) {
     return true;
   }
   if (isCall(v, "k1") || isCall(v, "k3")) {
-    Args a(c, v, {"coef", "in_reward"}, {"coef"});
+    Args a(c, v, {"coef", "in_reward", "target", "horizon"}, {"coef"});
     if (!a.require("coef"))
       return false;
     a.num("coef", k.coef, 0.0, 1e6);
     int64_t inReward = 0;
     a.integer("in_reward", inReward, 0, 1);
     k.inReward = inReward != 0;
+    a.num("target", k.target, 0.0, 1e6);
+    a.num("horizon", k.horizon, 1.0, 1e12);
+    if (k.target > 0 && !k.inReward) {
+      c.diag().error(a.get("target")->loc,
+                     "an adaptive KL coefficient ('target') adjusts the KL "
+                     "penalty in the reward: set in_reward = 1");
+      return false;
+    }
     k.kind = v.text == "k1" ? KlSpec::Kind::K1 : KlSpec::Kind::K3;
     return a.ok();
   }
   c.expected(v, "'kl'",
-             "none, k1(coef = .., in_reward = 0|1) or k3(coef = .., ...)");
+             "none, k1(coef = .., in_reward = 0|1, target = .., horizon = "
+             "..) or k3(coef = .., ...)");
   return false;
 }
 

@@ -177,6 +177,9 @@ struct Trainer::Impl {
   /// The estimator reads `reward : token`: R on each sequence's last token,
   /// minus the KL penalty with `kl = ..(in_reward = 1)`.
   bool denseReward = false;
+  /// The KL penalty's coefficient in the reward (adaptive with a target;
+  /// checkpointed).
+  double klCoef = 0;
   /// `objective = "FILE.cac"`: the compiled objective, its parameters, and
   /// the inputs it reads besides logp_new.
   std::optional<CompiledObjective> objective;
@@ -586,6 +589,7 @@ struct Trainer::Impl {
       return false;
     if (cfg.kl.kind != KlSpec::Kind::None && cfg.kl.coef > 0)
       needReference = true;
+    klCoef = cfg.kl.coef;
     if (cfg.kl.inReward && !denseReward) {
       diag.error(cfg.kl.loc,
                  "the KL penalty in the reward (in_reward = 1) goes on every "
@@ -817,7 +821,8 @@ struct Trainer::Impl {
     st.extra = {{"run", cfg.name},
                 {"sft_steps", cfg.sft.steps},
                 {"elapsed_s", elapsedBefore + seconds(runStart)},
-                {"cpu_kernels", cpuKernelSet()}};
+                {"cpu_kernels", cpuKernelSet()},
+                {"kl_coef", klCoef}};
     if (replay.enabled()) // numbers, exactly (tokens, floats, counters)
       st.tensors["replay"] =
           at::tensor(replayPacked, at::kDouble).reshape({-1});
@@ -871,6 +876,7 @@ struct Trainer::Impl {
       if (st.extra.contains("eval_acc_rl_start"))
         evalStart = st.extra["eval_acc_rl_start"].get<double>();
       elapsedBefore = st.extra.value("elapsed_s", 0.0);
+      klCoef = st.extra.value("kl_coef", cfg.kl.coef);
       // This worker's share of the replay buffer (its prompts' slots).
       if (replay.enabled() && st.tensors.count("replay")) {
         at::Tensor t = st.tensors.at("replay").to(at::kDouble).contiguous();
@@ -1139,7 +1145,7 @@ struct Trainer::Impl {
         acc[off - 1] = static_cast<float>(x.reward);
     }
     if (cfg.kl.inReward && cfg.kl.coef > 0 && r.numel() > 0)
-      r = r - cfg.kl.coef * klEstimate(rt.oldLogp, rt.refLogp, cfg.kl.kind);
+      r = r - klCoef * klEstimate(rt.oldLogp, rt.refLogp, cfg.kl.kind);
     return r;
   }
 
@@ -1307,17 +1313,19 @@ struct Trainer::Impl {
     auto ts = Clock::now();
     RolloutTensors rt = rolloutTensors(rolls);
     double timeScore = seconds(ts);
+    double stepKl = 0; // the mean KL per token in the reward
     if (cfg.kl.inReward && cfg.kl.coef > 0) {
-      // The mean penalty a token's reward carries.
       std::vector<double> v{0.0, 0.0};
       if (rt.oldLogp.defined() && rt.oldLogp.numel() > 0) {
-        v[0] = (cfg.kl.coef * klEstimate(rt.oldLogp, rt.refLogp, cfg.kl.kind))
+        v[0] = klEstimate(rt.oldLogp, rt.refLogp, cfg.kl.kind)
                    .sum()
                    .item<double>();
         v[1] = static_cast<double>(rt.oldLogp.numel());
       }
       reduceSum(v);
-      row["kl_reward"] = v[1] > 0 ? v[0] / v[1] : 0.0;
+      stepKl = v[1] > 0 ? v[0] / v[1] : 0.0;
+      row["kl_reward"] = klCoef * stepKl; // the mean penalty per token
+      row["kl_coef"] = klCoef;
     }
 
     // 2. The estimator.
@@ -1727,6 +1735,11 @@ struct Trainer::Impl {
     row["grad_norm"] = normSum / u;
     row["lr"] = lr;
     row["response_len"] = static_cast<double>(tokens) / paths;
+    if (cfg.kl.inReward && cfg.kl.target > 0) {
+      // The adaptive controller, after the step that used the coefficient.
+      double err = std::clamp(stepKl / cfg.kl.target - 1.0, -0.2, 0.2);
+      klCoef *= 1.0 + err * paths / cfg.kl.horizon;
+    }
     row["tokens_per_s"] = static_cast<double>(tokens) / dt;
     row["time_gen_s"] = timeGen;
     row["time_score_s"] = timeScore;

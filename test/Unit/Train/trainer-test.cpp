@@ -13,6 +13,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
 
@@ -217,6 +218,58 @@ TEST_F(TrainerTest, KlInTheRewardNeedsAndShapesATokenReward) {
                                "that reads 'reward : token'"),
             std::string::npos)
       << diag.render();
+}
+
+// An adaptive KL coefficient in the reward (verl's AdaptiveKLController):
+// after each step coef *= 1 + clip(KL / target - 1, -0.2, 0.2) * n / horizon,
+// n the step's sequences; the coefficient is in the checkpoint, so a killed
+// and resumed run equals an uninterrupted one.
+TEST_F(TrainerTest, AdaptiveKlCoefficientFollowsItsTargetAndResumes) {
+  std::string src = source("gae_dense");
+  src.replace(src.find("critic = none"), 13, "critic = value_head(coef = 0.5)");
+  src.replace(src.find("kl = k3(coef = 0.01)"), 20,
+              "kl = k1(coef = 0.5, in_reward = 1, target = 0.001, horizon = 30)");
+  std::vector<json> whole = withoutTimes(runToEnd(config(src, "whole")));
+  std::vector<const json *> rl;
+  for (const json &r : whole)
+    if (r["phase"] == "rl")
+      rl.push_back(&r);
+  ASSERT_EQ(rl.size(), 3u);
+  EXPECT_DOUBLE_EQ((*rl[0])["kl_coef"].get<double>(), 0.5);
+  bool moved = false;
+  for (size_t i = 0; i + 1 < rl.size(); ++i) {
+    double coef = (*rl[i])["kl_coef"].get<double>();
+    double kl = (*rl[i])["kl_reward"].get<double>() / coef;
+    double n = 3 * 4; // prompts x rollouts
+    double want =
+        coef * (1 + std::clamp(kl / 0.001 - 1, -0.2, 0.2) * n / 30.0);
+    EXPECT_NEAR((*rl[i + 1])["kl_coef"].get<double>(), want, 1e-12 * want)
+        << "step " << i + 2;
+    moved = moved || want != coef;
+  }
+  EXPECT_TRUE(moved);
+  // Killed after RL step 2 (logged, not checkpointed): the run resumes from
+  // RL step 1's checkpoint, whose coefficient has moved once.
+  TrainConfig cfg = config(src, "part");
+  TrainerOptions kill;
+  kill.stopAfterSteps = 4;
+  runToEnd(cfg, kill);
+  TrainerOptions resume;
+  resume.resume = true;
+  EXPECT_EQ(json(withoutTimes(runToEnd(cfg, resume))).dump(),
+            json(whole).dump());
+  // A target needs the KL in the reward.
+  std::string bad = source("gae");
+  bad.replace(bad.find("kl = k3(coef = 0.01)"), 20,
+              "kl = k1(coef = 0.5, target = 0.1)");
+  fs::path file = dir_ / "bad.cac";
+  std::ofstream(file) << bad;
+  std::string errors;
+  EXPECT_FALSE(loadTrainFile(file, errors));
+  EXPECT_NE(errors.find("an adaptive KL coefficient ('target') adjusts the "
+                        "KL penalty in the reward: set in_reward = 1"),
+            std::string::npos)
+      << errors;
 }
 
 // `objective = "stdlib/ppo_kl.cac"` (the compiled kernels' loss and gradient)

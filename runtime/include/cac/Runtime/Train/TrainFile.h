@@ -233,6 +233,12 @@ struct KlSpec {
   /// on every token's reward, for an estimator with `reward : token`,
   /// instead of a loss term.
   bool inReward = false;
+  /// In the reward: an adaptive coefficient (Ziegler et al.; verl's and
+  /// OpenRLHF's AdaptiveKLController) when target > 0: after each step,
+  /// coef *= 1 + clip(KL / target - 1, -0.2, 0.2) * sequences / horizon,
+  /// KL the step's mean per token.
+  double target = 0;
+  double horizon = 10000;
   SourceLoc loc;
 };
 
