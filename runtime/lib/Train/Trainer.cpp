@@ -1459,34 +1459,35 @@ struct Trainer::Impl {
       if (cfg.whiten)
         adv = weight.defined() ? whitenMasked(adv, weight) : whiten(adv);
     } else {
-      // Moments over the global batch's tokens (whiten() alike).
-      at::Tensor a64 = adv.to(at::kDouble);
-      std::vector<double> m{a64.sum().item<double>(),
-                            a64.pow(2).sum().item<double>(),
-                            static_cast<double>(adv.numel())};
-      reduceSum(m);
-      double N = m[2], mean = N > 0 ? m[0] / N : 0.0;
-      double var =
-          N > 1 ? std::max(0.0, (m[1] - N * mean * mean) / (N - 1)) : 0.0;
-      row["adv_mean"] = mean;
-      row["adv_std"] = std::sqrt(var);
-      if (cfg.whiten && weight.defined()) {
-        // whitenMasked() over the global batch: the moments of the tokens
-        // whose weight is nonzero.
-        at::Tensor sel = adv.masked_select(weight != 0).to(at::kDouble);
-        std::vector<double> w{sel.sum().item<double>(),
-                              sel.pow(2).sum().item<double>(),
-                              static_cast<double>(sel.numel())};
-        reduceSum(w);
-        double n = w[2], mw = n > 0 ? w[0] / n : 0.0;
-        double vw =
-            n > 1 ? std::max(0.0, (w[1] - n * mw * mw) / (n - 1)) : 0.0;
-        if (n == 1)
-          adv = adv - mw;
-        else if (n > 1)
-          adv = (adv - mw) / std::sqrt(vw + 1e-8);
-      } else if (cfg.whiten) {
-        adv = N < 2 ? adv - mean : (adv - mean) / std::sqrt(var + 1e-8);
+      // Moments over the global batch's tokens: count, mean and unbiased
+      // variance of \p x's elements on every worker together.
+      struct Moments {
+        double n, mean, var;
+      };
+      auto globalMoments = [&](const at::Tensor &x) {
+        at::Tensor x64 = x.to(at::kDouble);
+        std::vector<double> m{x64.sum().item<double>(),
+                              x64.pow(2).sum().item<double>(),
+                              static_cast<double>(x.numel())};
+        reduceSum(m);
+        double n = m[2], mean = n > 0 ? m[0] / n : 0.0;
+        double var =
+            n > 1 ? std::max(0.0, (m[1] - n * mean * mean) / (n - 1)) : 0.0;
+        return Moments{n, mean, var};
+      };
+      Moments all = globalMoments(adv);
+      row["adv_mean"] = all.mean;
+      row["adv_std"] = std::sqrt(all.var);
+      if (cfg.whiten) {
+        // whiten() alike; with a weight whitenMasked() alike, over the
+        // tokens whose weight is nonzero (none: unchanged).
+        Moments w =
+            weight.defined() ? globalMoments(adv.masked_select(weight != 0))
+                             : all;
+        if (w.n > 1)
+          adv = (adv - w.mean) / std::sqrt(w.var + 1e-8);
+        else if (w.n == 1)
+          adv = adv - w.mean;
       }
     }
 
