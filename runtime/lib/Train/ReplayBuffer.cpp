@@ -77,60 +77,6 @@ ReplayBuffer::Taken ReplayBuffer::take(int64_t step, uint64_t seed) {
   return out;
 }
 
-nlohmann::json ReplayBuffer::toJson(const std::vector<ReplayEntry> &entries) {
-  nlohmann::json a = nlohmann::json::array();
-  for (const ReplayEntry &e : entries)
-    a.push_back({{"step", e.step},
-                 {"slot", e.slot},
-                 {"ordinal", e.ordinal},
-                 {"reward", e.sample.reward},
-                 {"correct", e.sample.correct},
-                 {"prompt", e.sample.prompt},
-                 {"response", e.sample.response},
-                 {"logp", e.sample.logp},
-                 {"entropy", e.sample.entropy},
-                 {"adv", e.adv},
-                 {"weight", e.weight}});
-  return a;
-}
-
-void ReplayBuffer::loadJson(const nlohmann::json &j, int64_t slotBegin,
-                            int64_t slotEnd) {
-  if (!j.is_array())
-    throw std::runtime_error("replay buffer: expected an array of entries");
-  std::vector<ReplayEntry> loaded;
-  for (size_t i = 0; i < j.size(); ++i) {
-    const nlohmann::json &x = j[i];
-    std::string where = "replay buffer entry " + std::to_string(i);
-    try {
-      ReplayEntry e;
-      e.step = x.at("step").get<int64_t>();
-      e.slot = x.at("slot").get<int64_t>();
-      e.ordinal = x.at("ordinal").get<int64_t>();
-      e.sample.reward = x.at("reward").get<double>();
-      e.sample.correct = x.at("correct").get<bool>();
-      e.sample.prompt = x.at("prompt").get<std::vector<int64_t>>();
-      e.sample.response = x.at("response").get<std::vector<int64_t>>();
-      e.sample.logp = x.at("logp").get<std::vector<float>>();
-      e.sample.entropy = x.at("entropy").get<std::vector<float>>();
-      e.adv = x.at("adv").get<std::vector<float>>();
-      e.weight = x.at("weight").get<std::vector<float>>();
-      e.sample.group = e.slot;
-      size_t T = e.sample.response.size();
-      if (e.sample.logp.size() != T || e.sample.entropy.size() != T ||
-          e.adv.size() != T || (!e.weight.empty() && e.weight.size() != T))
-        throw std::runtime_error("its per-token arrays differ in length from "
-                                 "its " + std::to_string(T) + " tokens");
-      loaded.push_back(std::move(e));
-    } catch (const nlohmann::json::exception &err) {
-      throw std::runtime_error(where + ": " + err.what());
-    } catch (const std::runtime_error &err) {
-      throw std::runtime_error(where + ": " + err.what());
-    }
-  }
-  load(std::move(loaded), slotBegin, slotEnd);
-}
-
 void ReplayBuffer::load(std::vector<ReplayEntry> entries, int64_t slotBegin,
                         int64_t slotEnd) {
   entries_.clear();

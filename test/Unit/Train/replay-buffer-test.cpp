@@ -4,7 +4,7 @@
 // steps, a question gives at most `take` entries a step, chosen by a hash, and
 // what is taken is removed. The choice and the order must not depend on which
 // other questions share the buffer (data-parallel workers each hold some), and
-// the checkpoint forms (JSON, packed numbers) must round-trip exactly.
+// the checkpoint form (packed numbers) must round-trip exactly.
 //
 //===----------------------------------------------------------------------===//
 
@@ -135,61 +135,53 @@ TEST(ReplayBuffer, TheChoiceIsAHashAndIgnoresOtherQuestions) {
   EXPECT_NE(ex, ids(z.take(0, 2).entries));
 }
 
-TEST(ReplayBuffer, JsonAndPackedFormsRoundTrip) {
+TEST(ReplayBuffer, PackedFormRoundTripsAndLoadsAWorkersShare) {
   ReplayBuffer b(8, 0);
   b.add(question(3, 0, 2));
   b.add(question(4, 5, 3));
-  auto json = ReplayBuffer::toJson(b.entries());
+  auto back = ReplayBuffer::unpack(ReplayBuffer::pack(b.entries()));
   ReplayBuffer all(8, 0), mine(8, 0);
-  all.loadJson(json, 0, 100);
-  mine.loadJson(json, 1, 6); // a worker holding slots 1..5
+  all.load(back, 0, 100);
+  mine.load(back, 1, 6); // a worker holding slots 1..5
   ASSERT_EQ(all.size(), 5u);
   EXPECT_EQ(ids(all.entries()), ids(b.entries()));
   EXPECT_EQ(mine.size(), 3u);
   for (const ReplayEntry &e : mine.entries())
     EXPECT_EQ(e.slot, 5);
-  auto back = ReplayBuffer::unpack(ReplayBuffer::pack(b.entries()));
   ASSERT_EQ(back.size(), b.size());
-  for (size_t i = 0; i < back.size(); ++i)
-    for (const ReplayEntry *e :
-         {static_cast<const ReplayEntry *>(&back[i]), &all.entries()[i]}) {
-      const ReplayEntry &w = b.entries()[i];
-      EXPECT_EQ(e->sample.prompt, w.sample.prompt);
-      EXPECT_EQ(e->sample.response, w.sample.response);
-      EXPECT_EQ(e->sample.logp, w.sample.logp); // bit-exact floats
-      EXPECT_EQ(e->sample.entropy, w.sample.entropy);
-      EXPECT_EQ(e->sample.reward, w.sample.reward);
-      EXPECT_EQ(e->sample.correct, w.sample.correct);
-      EXPECT_EQ(e->adv, w.adv);
-      EXPECT_EQ(e->weight, w.weight);
-      EXPECT_EQ(e->ordinal, w.ordinal);
-    }
+  for (size_t i = 0; i < back.size(); ++i) {
+    const ReplayEntry &e = back[i], &w = b.entries()[i];
+    EXPECT_EQ(e.sample.prompt, w.sample.prompt);
+    EXPECT_EQ(e.sample.response, w.sample.response);
+    EXPECT_EQ(e.sample.logp, w.sample.logp); // bit-exact floats
+    EXPECT_EQ(e.sample.entropy, w.sample.entropy);
+    EXPECT_EQ(e.sample.reward, w.sample.reward);
+    EXPECT_EQ(e.sample.correct, w.sample.correct);
+    EXPECT_EQ(e.adv, w.adv);
+    EXPECT_EQ(e.weight, w.weight);
+    EXPECT_EQ(e.ordinal, w.ordinal);
+  }
 }
 
-TEST(ReplayBuffer, MalformedCheckpointFormsAreErrors) {
-  ReplayBuffer b(8, 0);
-  auto json = ReplayBuffer::toJson(question(0, 0, 2));
-  json[1]["adv"] = {1.0};
-  try {
-    b.loadJson(json, 0, 10);
-    FAIL() << "no error";
-  } catch (const std::runtime_error &e) {
-    EXPECT_NE(std::string(e.what()).find("replay buffer entry 1: its per-token "
-                                         "arrays differ in length"),
-              std::string::npos)
-        << e.what();
-  }
-  json[1].erase("adv");
-  try {
-    b.loadJson(json, 0, 10);
-    FAIL() << "no error";
-  } catch (const std::runtime_error &e) {
-    EXPECT_NE(std::string(e.what()).find("replay buffer entry 1"),
-              std::string::npos)
-        << e.what();
-  }
-  EXPECT_THROW(b.loadJson(nlohmann::json::object(), 0, 1), std::runtime_error);
-  auto packed = ReplayBuffer::pack(question(0, 0, 1));
-  packed.pop_back();
-  EXPECT_THROW(ReplayBuffer::unpack(packed), std::runtime_error);
+TEST(ReplayBuffer, MalformedPackedFormsAreErrors) {
+  auto expectError = [](std::vector<double> packed, const std::string &what) {
+    try {
+      ReplayBuffer::unpack(packed);
+      FAIL() << "no error for " << what;
+    } catch (const std::runtime_error &e) {
+      EXPECT_NE(std::string(e.what()).find(what), std::string::npos)
+          << e.what();
+    }
+  };
+  const std::vector<double> good = ReplayBuffer::pack(question(0, 0, 1));
+  // Header: step, slot, ordinal, reward, correct, prompt, tokens, weights.
+  std::vector<double> truncated = good;
+  truncated.pop_back();
+  expectError(truncated, "a packed entry is truncated");
+  std::vector<double> negative = good;
+  negative[6] = -1;
+  expectError(negative, "a packed entry has an invalid length");
+  std::vector<double> weights = good;
+  weights[7] = 1; // 1 weight for 2 tokens
+  expectError(weights, "weight differs in length from its tokens");
 }

@@ -22,8 +22,6 @@
 
 #include "cac/Runtime/Train/Rollouts.h"
 
-#include <nlohmann/json.hpp>
-
 #include <cstdint>
 #include <vector>
 
@@ -83,12 +81,6 @@ public:
   /// [slotBegin, slotEnd) (a data-parallel worker's prompts).
   void load(std::vector<ReplayEntry> entries, int64_t slotBegin,
             int64_t slotEnd);
-
-  /// The entries as JSON (for inspection and tests), and back, filtered as
-  /// load() does; loadJson throws std::runtime_error naming what is
-  /// malformed.
-  static nlohmann::json toJson(const std::vector<ReplayEntry> &entries);
-  void loadJson(const nlohmann::json &j, int64_t slotBegin, int64_t slotEnd);
 
 private:
   int64_t steps_, take_;
