@@ -180,6 +180,17 @@ protected:
     return worst;
   }
 
+  /// The final weights of \p got are bit-identical to \p want's.
+  static void expectIdenticalWeights(const fs::path &got,
+                                     const fs::path &want) {
+    LoadOptions lo;
+    TransformerLM a = loadPretrained(got / "final", lo);
+    TransformerLM b = loadPretrained(want / "final", lo);
+    auto pb = b->named_parameters();
+    for (auto &p : a->named_parameters())
+      EXPECT_TRUE(at::equal(p.value(), pb[p.key()])) << p.key();
+  }
+
   /// One worker and two, same file (of \p rlSteps RL steps); compares what
   /// rank 0 wrote.
   void compareOneAndTwo(const fs::path &file, size_t rlSteps = 2) {
@@ -277,12 +288,7 @@ TEST_F(DistributedTest, TwoGlooWorkersResumeTheReplayBuffer) {
   ASSERT_EQ(
       cacRun(file.string() + " --workers 2 --resume --out " + cut.string()), 0);
   expectSameMetrics(metrics(cut), metrics(full));
-  LoadOptions lo;
-  TransformerLM a = loadPretrained(cut / "final", lo);
-  TransformerLM b = loadPretrained(full / "final", lo);
-  auto pb = b->named_parameters();
-  for (auto &p : a->named_parameters())
-    EXPECT_TRUE(at::equal(p.value(), pb[p.key()])) << p.key();
+  expectIdenticalWeights(cut, full);
 }
 
 TEST_F(DistributedTest, TwoGlooWorkersMatchOneTreeadvForest) {
@@ -335,12 +341,7 @@ TEST_F(DistributedTest, ResumeWithWorkersEqualsUninterrupted) {
       0);
   ASSERT_EQ(
       cacRun(file.string() + " --workers 2 --resume --out " + cut.string()), 0);
-  LoadOptions lo;
-  TransformerLM a = loadPretrained(cut / "final", lo);
-  TransformerLM b = loadPretrained(full / "final", lo);
-  auto pb = b->named_parameters();
-  for (auto &p : a->named_parameters())
-    EXPECT_TRUE(at::equal(p.value(), pb[p.key()])) << p.key();
+  expectIdenticalWeights(cut, full);
 }
 
 TEST_F(DistributedTest, GpusWithoutNcclIsAClearError) {
@@ -404,12 +405,7 @@ TEST_F(DistributedTest, TwoNodesOfOneWorkerEqualOneNodeOfTwo) {
                   "0; r0=$?; wait $n1; r1=$?; "
                   "exit $((r0 + r1))"),
             0);
-  LoadOptions lo;
-  TransformerLM a = loadPretrained(two / "final", lo);
-  TransformerLM b = loadPretrained(one / "final", lo);
-  auto pb = b->named_parameters();
-  for (auto &p : a->named_parameters())
-    EXPECT_TRUE(at::equal(p.value(), pb[p.key()])) << p.key();
+  expectIdenticalWeights(two, one);
 }
 
 TEST_F(DistributedTest, LauncherStopsAllWorkersWhenOneFails) {

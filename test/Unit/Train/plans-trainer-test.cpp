@@ -59,27 +59,37 @@ protected:
            "  threads = 1\n  seed = 3\n}\n";
   }
 
-  TrainConfig config(const std::string &src) {
-    fs::path file = dir_ / "train.cac";
+  /// Parses \p src (written to dir_/OUT.cac) with dir_/OUT as output folder.
+  TrainConfig config(const std::string &src, const std::string &out = "out") {
+    fs::path file = dir_ / (out + ".cac");
     std::ofstream(file) << src;
     std::string errors;
     auto cfg = loadTrainFile(file, errors);
     EXPECT_TRUE(cfg) << errors;
-    cfg->out = dir_ / "out";
+    cfg->out = dir_ / out;
     return *cfg;
   }
 
-  std::vector<json> run(const std::string &src) {
-    TrainConfig cfg = config(src);
-    TrainerOptions opts;
+  /// Trains \p cfg; returns its metrics rows without the timings.
+  std::vector<json> runToEnd(const TrainConfig &cfg, TrainerOptions opts = {}) {
     opts.progress = false;
     opts.verbose = false;
     Trainer t(cfg, opts);
     DiagnosticEngine diag(cfg.file.string(), "");
     EXPECT_TRUE(t.prepare(diag)) << diag.render();
     t.run();
+    std::vector<json> rows = t.metrics();
+    for (auto &r : rows)
+      for (const char *k :
+           {"tokens_per_s", "time_gen_s", "time_score_s", "time_estimator_s",
+            "time_update_s", "time_eval_s", "time_step_s", "elapsed_s"})
+        r.erase(k);
+    return rows;
+  }
+
+  std::vector<json> run(const std::string &src) {
     std::vector<json> rl;
-    for (const json &r : t.metrics())
+    for (const json &r : runToEnd(config(src)))
       if (r["phase"] == "rl")
         rl.push_back(r);
     EXPECT_EQ(rl.size(), 2u);
@@ -174,28 +184,7 @@ TEST_F(PlansTest, TreeReplayBufferSpreadsNodesOverStepsAndResumes) {
       "  warm_start = sft(steps = 40, batch = 8, lr = 1e-2)\n"
       "  steps = 5\n  eval = greedy(every = 0, size = 4)\n"
       "  checkpoint_every = 1\n  threads = 1\n  seed = 5\n}\n";
-  auto runAll = [&](const std::string &out, TrainerOptions opts) {
-    fs::path file = dir_ / (out + ".cac");
-    std::ofstream(file) << src;
-    std::string errors;
-    auto cfg = loadTrainFile(file, errors);
-    EXPECT_TRUE(cfg) << errors;
-    cfg->out = dir_ / out;
-    opts.progress = false;
-    opts.verbose = false;
-    Trainer t(*cfg, opts);
-    DiagnosticEngine diag(cfg->file.string(), "");
-    EXPECT_TRUE(t.prepare(diag)) << diag.render();
-    t.run();
-    std::vector<json> rows = t.metrics();
-    for (auto &r : rows)
-      for (const char *k :
-           {"tokens_per_s", "time_gen_s", "time_score_s", "time_estimator_s",
-            "time_update_s", "time_eval_s", "time_step_s", "elapsed_s"})
-        r.erase(k);
-    return rows;
-  };
-  std::vector<json> whole = runAll("whole", {});
+  std::vector<json> whole = runToEnd(config(src, "whole"));
   int64_t waited = 0;
   double oldest = 0;
   for (const json &r : whole) {
@@ -216,10 +205,10 @@ TEST_F(PlansTest, TreeReplayBufferSpreadsNodesOverStepsAndResumes) {
   ASSERT_GT(whole[44]["replay_size"].get<int64_t>(), 0);
   TrainerOptions kill;
   kill.stopAfterSteps = 44; // 40 SFT + 4 RL steps
-  runAll("part", kill);
+  runToEnd(config(src, "part"), kill);
   TrainerOptions resume;
   resume.resume = true;
-  std::vector<json> resumed = runAll("part", resume);
+  std::vector<json> resumed = runToEnd(config(src, "part"), resume);
   EXPECT_EQ(json(resumed).dump(), json(whole).dump());
 }
 

@@ -92,6 +92,41 @@ protected:
     return t.metrics();
   }
 
+  /// prepare() of \p cfg must fail; returns its diagnostics.
+  static std::string prepareErrors(const TrainConfig &cfg,
+                                   TrainerOptions opts = {}) {
+    opts.progress = false;
+    opts.verbose = false;
+    Trainer t(cfg, opts);
+    DiagnosticEngine diag(cfg.file.string(), "");
+    EXPECT_FALSE(t.prepare(diag));
+    return diag.render();
+  }
+
+  /// The RL rows of two runs of the same length agree on \p keys within
+  /// 1e-4 relative (1e-3 for ratio_mean: AdamW divides each step by the root
+  /// of its second moment, so the kernels' f32 rounding of tiny gradients
+  /// moves the weights by ~1e-4 of a step, which the ratios after the first
+  /// update see; measured 1.5e-4). Returns the RL rows compared.
+  static int expectSameRlMetrics(const std::vector<json> &a,
+                                 const std::vector<json> &b,
+                                 std::initializer_list<const char *> keys) {
+    EXPECT_EQ(a.size(), b.size());
+    int rl = 0;
+    for (size_t i = 0; i < a.size() && i < b.size(); ++i) {
+      if (a[i]["phase"] != "rl")
+        continue;
+      ++rl;
+      for (const char *k : keys) {
+        double x = a[i][k].get<double>(), y = b[i][k].get<double>();
+        double tol = std::string(k) == "ratio_mean" ? 1e-3 : 1e-4;
+        EXPECT_NEAR(x, y, tol * std::max(1.0, std::abs(x)))
+            << k << " row " << i;
+      }
+    }
+    return rl;
+  }
+
   static std::vector<json> withoutTimes(std::vector<json> rows) {
     for (auto &r : rows)
       for (const char *k :
@@ -207,17 +242,11 @@ TEST_F(TrainerTest, KlInTheRewardNeedsAndShapesATokenReward) {
   std::string bad = source("gae");
   bad.replace(bad.find("kl = k3(coef = 0.01)"), 20,
               "kl = k1(coef = 0.5, in_reward = 1)");
-  TrainConfig cfg = config(bad, "d");
-  TrainerOptions opts;
-  opts.progress = false;
-  opts.verbose = false;
-  Trainer t(cfg, opts);
-  DiagnosticEngine diag(cfg.file.string(), "");
-  EXPECT_FALSE(t.prepare(diag));
-  EXPECT_NE(diag.render().find("estimator 'gae' reads 'reward : seq'; use one "
-                               "that reads 'reward : token'"),
+  std::string errors = prepareErrors(config(bad, "d"));
+  EXPECT_NE(errors.find("estimator 'gae' reads 'reward : seq'; use one that "
+                        "reads 'reward : token'"),
             std::string::npos)
-      << diag.render();
+      << errors;
 }
 
 // An adaptive KL coefficient in the reward (verl's AdaptiveKLController):
@@ -291,23 +320,9 @@ TEST_F(TrainerTest, CompiledObjectiveTrainsLikeTheBuiltinLoss) {
   opts.compiler = compiler;
   std::vector<json> a = runToEnd(builtin, opts), b = runToEnd(compiled, opts);
   ASSERT_EQ(a.size(), b.size());
-  int rl = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i]["phase"] != "rl")
-      continue;
-    ++rl;
-    for (const char *k : {"loss", "grad_norm", "clip_frac", "reward_mean",
-                          "kl", "ratio_mean"}) {
-      double x = a[i][k].get<double>(), y = b[i][k].get<double>();
-      // AdamW divides each step by the root of its second moment, so the
-      // kernels' f32 rounding of tiny gradients moves the weights by ~1e-4
-      // of a step; the ratios after the first update see it (measured:
-      // 1.5e-4).
-      double tol = std::string(k) == "ratio_mean" ? 1e-3 : 1e-4;
-      EXPECT_NEAR(x, y, tol * std::max(1.0, std::abs(x))) << k << " row " << i;
-    }
-  }
-  EXPECT_EQ(rl, 3);
+  EXPECT_EQ(expectSameRlMetrics(a, b, {"loss", "grad_norm", "clip_frac",
+                                       "reward_mean", "kl", "ratio_mean"}),
+            3);
 }
 
 // An objective that reads the critic's value and the reward: SAPO's loss
@@ -336,31 +351,18 @@ TEST_F(TrainerTest, CompiledObjectiveReadsValueAndReward) {
   opts.compiler = compiler;
   std::vector<json> a = runToEnd(builtin, opts), b = runToEnd(compiled, opts);
   ASSERT_EQ(a.size(), b.size());
-  int rl = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i]["phase"] != "rl")
-      continue;
-    ++rl;
-    for (const char *k : {"loss", "pg_loss", "value_loss", "grad_norm",
-                          "clip_frac", "reward_mean", "kl", "ratio_mean"}) {
-      double x = a[i][k].get<double>(), y = b[i][k].get<double>();
-      double tol = std::string(k) == "ratio_mean" ? 1e-3 : 1e-4;
-      EXPECT_NEAR(x, y, tol * std::max(1.0, std::abs(x))) << k << " row " << i;
-    }
-  }
-  EXPECT_EQ(rl, 3);
+  EXPECT_EQ(expectSameRlMetrics(a, b, {"loss", "pg_loss", "value_loss",
+                                       "grad_norm", "clip_frac",
+                                       "reward_mean", "kl", "ratio_mean"}),
+            3);
   // Without a critic there is no value to give it.
   TrainConfig noCritic = config(
       source("grpo", "  objective = cac(\"" + obj + "\", naive_is = 1)\n"),
       "d");
-  opts.progress = false;
-  opts.verbose = false;
-  Trainer t(noCritic, opts);
-  DiagnosticEngine diag(noCritic.file.string(), "");
-  EXPECT_FALSE(t.prepare(diag));
-  EXPECT_NE(diag.render().find("the objective reads 'value': set a critic"),
+  std::string errors = prepareErrors(noCritic, opts);
+  EXPECT_NE(errors.find("the objective reads 'value': set a critic"),
             std::string::npos)
-      << diag.render();
+      << errors;
 }
 
 // A compiled objective must be differentiated by logp_new and read what the
@@ -375,13 +377,9 @@ TEST_F(TrainerTest, CompiledObjectiveMismatchesAreDiagnosed) {
       config(source("grpo", "  objective = \"" + obj + "\"\n"), "d");
   TrainerOptions opts;
   opts.compiler = compiler;
-  opts.progress = false;
-  opts.verbose = false;
-  Trainer t(cfg, opts);
-  DiagnosticEngine diag(cfg.file.string(), "");
-  EXPECT_FALSE(t.prepare(diag));
-  EXPECT_NE(diag.render().find("differentiated by logp_new"), std::string::npos)
-      << diag.render();
+  std::string errors = prepareErrors(cfg, opts);
+  EXPECT_NE(errors.find("differentiated by logp_new"), std::string::npos)
+      << errors;
 }
 
 TEST_F(TrainerTest, SameSeedSameMetrics) {
