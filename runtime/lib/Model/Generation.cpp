@@ -406,19 +406,27 @@ int64_t Decoder::step(at::Generator &gen,
 }
 
 int64_t Decoder::step(const RowUniforms &uniforms) {
-  return step(uniforms, std::vector<int64_t>(rows_.size(), -1));
+  return stepUniforms(uniforms, nullptr);
 }
 
 int64_t Decoder::step(const RowUniforms &uniforms,
                       const std::vector<int64_t> &siblings) {
+  return stepUniforms(uniforms, &siblings);
+}
+
+int64_t Decoder::stepUniforms(const RowUniforms &uniforms,
+                              const std::vector<int64_t> *siblings) {
   return stepWith(
       [&](const at::Tensor &logits, const std::vector<int64_t> &active) {
         std::vector<float> u(active.size());
         for (size_t i = 0; i < active.size(); ++i)
           u[i] = uniforms(active[i],
                           static_cast<int64_t>(rows_[active[i]].tokens.size()));
-        std::vector<int64_t> s = activeSiblings(siblings, active, rows_.size());
-        return sampleTokens(logits, options_, at::tensor(u, at::kFloat), &s);
+        at::Tensor ut = at::tensor(u, at::kFloat);
+        if (!siblings)
+          return sampleTokens(logits, options_, ut);
+        std::vector<int64_t> s = activeSiblings(*siblings, active, rows_.size());
+        return sampleTokens(logits, options_, ut, &s);
       });
 }
 

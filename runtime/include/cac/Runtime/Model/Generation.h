@@ -193,6 +193,9 @@ private:
       const at::Tensor &logits, const std::vector<int64_t> &activeRows)>;
   /// One step, the tokens of the unfinished rows drawn by \p sample.
   int64_t stepWith(const Sampler &sample);
+  /// step() with positional uniforms and, when given, sibling groups.
+  int64_t stepUniforms(const RowUniforms &uniforms,
+                       const std::vector<int64_t> *siblings);
   /// Logits of the next token for \p rows (unfinished), [rows, V] float32.
   at::Tensor logitsFor(const std::vector<int64_t> &rows);
   void finishChecks(int64_t row);
