@@ -20,12 +20,23 @@ for backend in cpu eager; do
   python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$methods" \
     --backend "$backend" --seeds 1-6 --max-len 4096 --stdlib stdlib || status=1
 done
+# The GPU's block-per-sequence kernels, their threads simulated by CPU threads
+# (`--backend gpu-sim`), against the same reference: blocks of 64 threads (two
+# warps, so the block scan's cross-warp step runs) with 2 tokens per thread,
+# and blocks of 4 threads with 3 tokens (many tiles, positions past the end).
+python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$methods" \
+  --backend gpu-sim --seeds 1-6 --max-len 4096 --stdlib stdlib \
+  --cac-arg=--seq-block=64 --cac-arg=--seq-items=2 || status=1
+python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$methods" \
+  --backend gpu-sim --seeds 7-9 --max-len 1024 --stdlib stdlib \
+  --cac-arg=--seq-block=4 --cac-arg=--seq-items=3 || status=1
+# (check_objective runs the objectives' gpu-sim kernels too.)
 python3 test/reference/check_objective.py --cac "$BUILD/bin/cac" --seeds 1-3 \
   --max-len 512 || status=1
 # Observation tokens (tool output): estimators and objectives see the actions only.
-for backend in cpu eager; do
+for backend in cpu eager gpu-sim; do
   python3 test/reference/check_obs.py --cac "$BUILD/bin/cac" --backend "$backend" \
-    --seeds 1-3 || status=1
+    --seeds 1-3 --cac-arg=--seq-block=32 || status=1
 done
 # The front end under libFuzzer (test/fuzz/README.md): a clang build of the
 # fuzz target in build-fuzz/ (ASan + UBSan), then CAC_FUZZ_SECONDS (150) of

@@ -98,7 +98,12 @@ class Bundle:
                 units = G if k["grid"] == "group" else B
                 unit_end.value = units
                 block = k["block"]
-                grid = max(1, math.ceil(units / block))
+                # docs/bundle.md: one block per unit ("unit": "block", the
+                # block-per-sequence kernels) or one thread per unit.
+                if k.get("unit") == "block":
+                    grid = max(1, units)
+                else:
+                    grid = max(1, math.ceil(units / block))
                 check(cuda.cuLaunchKernel(self.funcs[k["name"]], grid, 1, 1, block, 1, 1, 0,
                                           stream, argv, None), "cuLaunchKernel")
         launch()

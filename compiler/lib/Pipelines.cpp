@@ -20,9 +20,17 @@ void cac::buildCacOptimizationPipeline(OpPassManager &pm) {
   pm.addNestedPass<ir::EstimatorOp>(ir::createCacPartition());
 }
 
-void cac::buildCpuPipeline(OpPassManager &pm) {
-  buildCacOptimizationPipeline(pm);
-  pm.addPass(createCacLowerKernels(CacLowerKernelsOptions{"cpu", 128}));
+static cac::CacLowerKernelsOptions lowerOptions(StringRef target,
+                                                const cac::CudaOptions &o) {
+  cac::CacLowerKernelsOptions l;
+  l.target = target.str();
+  l.blockSize = o.blockSize;
+  l.seqBlock = o.seqBlock;
+  l.seqItems = o.seqItems;
+  return l;
+}
+
+static void addLlvmLowering(OpPassManager &pm) {
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
   pm.addPass(createLoopInvariantCodeMotionPass());
@@ -31,10 +39,21 @@ void cac::buildCpuPipeline(OpPassManager &pm) {
   pm.addPass(createReconcileUnrealizedCastsPass());
 }
 
+void cac::buildCudaSimPipeline(OpPassManager &pm, const CudaOptions &options) {
+  buildCacOptimizationPipeline(pm);
+  pm.addPass(createCacLowerKernels(lowerOptions("cuda-sim", options)));
+  addLlvmLowering(pm);
+}
+
+void cac::buildCpuPipeline(OpPassManager &pm) {
+  buildCacOptimizationPipeline(pm);
+  pm.addPass(createCacLowerKernels(lowerOptions("cpu", CudaOptions{})));
+  addLlvmLowering(pm);
+}
+
 void cac::buildCudaPipeline(OpPassManager &pm, const CudaOptions &options) {
   buildCacOptimizationPipeline(pm);
-  pm.addPass(
-      createCacLowerKernels(CacLowerKernelsOptions{"cuda", options.blockSize}));
+  pm.addPass(createCacLowerKernels(lowerOptions("cuda", options)));
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
   pm.addPass(createLoopInvariantCodeMotionPass());
@@ -82,4 +101,8 @@ void cac::registerCacPasses() {
   PassPipelineRegistration<>(
       "cac-to-ptx", "Lower a cac estimator to PTX for sm_90",
       [](OpPassManager &pm) { buildCudaPipeline(pm, CudaOptions{}); });
+  PassPipelineRegistration<>(
+      "cac-to-gpu-sim",
+      "Lower a cac estimator to CPU functions that simulate its GPU blocks",
+      [](OpPassManager &pm) { buildCudaSimPipeline(pm, CudaOptions{}); });
 }

@@ -134,6 +134,7 @@ def run_case(args, kind, name, seed, backend, workdir):
         json.dump(batch, f)
     cac_file = os.path.join(args.stdlib, f"{name}.cac")
     cmd = [args.cac, "eval", cac_file, "--input", batch_path, "--backend", backend]
+    cmd += args.cac_arg
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
     except subprocess.TimeoutExpired:
@@ -189,6 +190,9 @@ def main(argv=None):
                          "by default")
     ap.add_argument("--node-order", choices=["shuffled", "bfs"], default="shuffled",
                     help="node ids of random trees: shuffled (default) or breadth-first")
+    ap.add_argument("--cac-arg", action="append", default=[],
+                    help="an extra argument of cac eval, e.g. --cac-arg=--seq-block=8 "
+                         "(repeatable)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per cac run")
     ap.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1),
                     help="cases run in parallel")

@@ -5,13 +5,16 @@
                        [--max-len 64] [--tol 1e-9]
 
 For every objective, seed and aggregation mode (token losses: all four), it writes a random
-batch and runs `cac eval` three ways:
+batch and runs `cac eval` four ways:
 
   cpu       the compiled kernels (the gradient operations the compiler derived)
+  gpu-sim   the GPU's block-per-sequence kernels, their threads simulated by CPU threads
+            (`--seq-block`/`--seq-items` from --sim-block/--sim-items: small blocks, so that
+            the short sequences still span several tiles)
   eager     the eager LibTorch backend evaluating the same gradient operations
   autograd  `--backend eager --grad autograd`: LibTorch autograd of the eager forward pass
 
-and requires the loss and the gradient of all three to agree, and to agree with the
+and requires the loss and the gradient of all four to agree, and to agree with the
 independent Python reference (cacref.py: verl's formulas with hand-derived gradients) where
 that reference models the objective (the advantages of gspo and sapo_loss, which the
 objectives compute by importing their estimators, are read from cac's own output: the
@@ -141,8 +144,9 @@ def compare(a, b, tol):
     return err
 
 
-def run(cac, path, backend, grad, mode):
+def run(cac, path, backend, grad, mode, extra=()):
     cmd = [cac, "eval", path, "--input", mode[1], "--backend", backend, "--grad", grad]
+    cmd += list(extra)
     if mode[0]:
         cmd += ["--aggregation", mode[0]]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
@@ -160,6 +164,10 @@ def main():
     ap.add_argument("--max-len", type=int, default=64)
     ap.add_argument("--tol", type=float, default=1e-9)
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--sim-block", type=int, default=8,
+                    help="threads per block of the gpu-sim run (default 8)")
+    ap.add_argument("--sim-items", type=int, default=2,
+                    help="tokens per thread per tile of the gpu-sim run (default 2)")
     args = ap.parse_args()
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs)
     names = list(WRT) if args.objective == "all" else args.objective.split(",")
@@ -180,10 +188,13 @@ def main():
                 for mode in modes:
                     tag = f"{name} seed={seed} aggregation={mode or 'seq-mean'}"
                     try:
-                        ways = {"cpu": ("cpu", "compiled"), "eager": ("eager", "compiled"),
-                                "autograd": ("eager", "autograd")}
-                        futs = {k: pool.submit(run, args.cac, path, be, gr, (mode, bpath))
-                                for k, (be, gr) in ways.items()}
+                        sim = (f"--seq-block={args.sim_block}", f"--seq-items={args.sim_items}")
+                        ways = {"cpu": ("cpu", "compiled", ()),
+                                "gpu-sim": ("gpu-sim", "compiled", sim),
+                                "eager": ("eager", "compiled", ()),
+                                "autograd": ("eager", "autograd", ())}
+                        futs = {k: pool.submit(run, args.cac, path, be, gr, (mode, bpath), ex)
+                                for k, (be, gr, ex) in ways.items()}
                         outs = {k: f.result() for k, f in futs.items()}
                     except Exception as e:  # noqa: BLE001
                         print(f"FAIL {tag}: {e}")
@@ -191,7 +202,7 @@ def main():
                         continue
                     want = outs["autograd"]
                     errs = []
-                    for k in ("cpu", "eager"):
+                    for k in ("cpu", "gpu-sim", "eager"):
                         errs.append((f"{k} loss vs autograd",
                                      compare(want["objective"]["loss"],
                                              outs[k]["objective"]["loss"], args.tol)))

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Observation tokens: an estimator sees the actions only.
 
-    check_obs.py --cac build/bin/cac [--backend cpu|eager] [--seeds 1-4] [--max-len 256]
+    check_obs.py --cac build/bin/cac [--backend cpu|eager|gpu-sim] [--seeds 1-4] [--max-len 256]
+                 [--cac-arg=--seq-block=64]...
 
 For each stdlib file and seed it draws a random batch of action tokens (cacref's generator),
 then inserts random observation tokens (tool output, with arbitrary values in every token
@@ -68,9 +69,9 @@ def with_observations(batch, rng):
     return out, where, obs
 
 
-def run(cac, path, batch_path, backend):
-    p = subprocess.run([cac, "eval", path, "--input", batch_path, "--backend", backend],
-                       capture_output=True, text=True, timeout=600)
+def run(cac, path, batch_path, backend, extra=()):
+    p = subprocess.run([cac, "eval", path, "--input", batch_path, "--backend", backend,
+                        *extra], capture_output=True, text=True, timeout=600)
     if p.returncode != 0:
         raise RuntimeError(p.stderr.strip()[-400:])
     return json.loads(p.stdout)
@@ -102,6 +103,9 @@ def main():
     ap.add_argument("--backend", default="cpu")
     ap.add_argument("--seeds", default="1-4")
     ap.add_argument("--max-len", type=int, default=256)
+    ap.add_argument("--cac-arg", action="append", default=[],
+                    help="an extra argument of cac eval, e.g. --cac-arg=--seq-block=8 "
+                         "(repeatable)")
     args = ap.parse_args()
     lo, _, hi = args.seeds.partition("-")
     passed = failed = 0
@@ -121,8 +125,8 @@ def main():
                         json.dump(b, f)
                 src = os.path.join(REPO, "stdlib", name + ".cac")
                 try:
-                    plain = run(args.cac, src, paths[0], args.backend)
-                    full = run(args.cac, src, paths[1], args.backend)
+                    plain = run(args.cac, src, paths[0], args.backend, args.cac_arg)
+                    full = run(args.cac, src, paths[1], args.backend, args.cac_arg)
                     errors = check(plain, full, where, obs)
                 except Exception as e:  # noqa: BLE001
                     errors = [str(e)]

@@ -19,7 +19,12 @@ struct CudaOptions {
   std::string chip = "sm_90";
   /// libdevice bitcode linked for math functions; empty = the CUDA default.
   std::string libdevice;
+  /// Threads per block for kernels with one thread per unit (group, node).
   int64_t blockSize = 128;
+  /// Threads per block of the block-per-sequence seq kernels (a power of 2;
+  /// 0: one thread per sequence) and consecutive tokens per thread in a tile.
+  int64_t seqBlock = 256;
+  int64_t seqItems = 4;
 };
 
 /// cac dialect -> partitioned cac dialect (canonicalize, CSE, partition).
@@ -30,6 +35,12 @@ void buildCpuPipeline(mlir::OpPassManager &pm);
 
 /// Partitioned cac -> gpu.binary holding PTX.
 void buildCudaPipeline(mlir::OpPassManager &pm, const CudaOptions &options);
+
+/// Partitioned cac -> LLVM dialect CPU functions in which the GPU's block
+/// kernels run as `seqBlock` cooperating CPU threads (`cac eval --backend
+/// gpu-sim`): the GPU's algorithms, tested without a GPU.
+void buildCudaSimPipeline(mlir::OpPassManager &pm,
+                          const CudaOptions &options);
 
 /// Registers the pipelines and every cac pass with the global registry.
 void registerCacPasses();

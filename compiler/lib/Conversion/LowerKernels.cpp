@@ -26,7 +26,9 @@
 #include "llvm/ADT/DenseSet.h"
 #include "llvm/Support/JSON.h"
 
+#include <functional>
 #include <optional>
+#include <tuple>
 
 namespace cac {
 #define GEN_PASS_DEF_CACLOWERKERNELS
@@ -146,9 +148,11 @@ public:
   Value fconst(double v) {
     return b.create<arith::ConstantOp>(loc, b.getFloatAttr(ft, v));
   }
+  /// The address of element `idx` of `base`, in `base`'s address space
+  /// (shared memory is address space 3 on the GPU).
   Value ptrAt(Value base, Value idx, Type elem) {
-    auto ptrTy = LLVM::LLVMPointerType::get(b.getContext());
-    return b.create<LLVM::GEPOp>(loc, ptrTy, elem, base, ValueRange{idx});
+    return b.create<LLVM::GEPOp>(loc, base.getType(), elem, base,
+                                 ValueRange{idx});
   }
   Value load(Value base, Value idx, Type elem) {
     return b.create<LLVM::LoadOp>(loc, elem, ptrAt(base, idx, elem));
@@ -415,13 +419,38 @@ struct Loop {
   std::vector<Item> items;
 };
 
+/// The threads of a block that work on one unit together. On the GPU they
+/// are the block's threads, with shared memory and bar.sync; in the CPU
+/// simulation (target cuda-sim) they are OS threads that run the same
+/// function, each with its own `tid`, and meet in `cac_sim_barrier`.
+struct BlockThreads {
+  int64_t size = 0;  ///< threads per block, a power of 2
+  int64_t items = 1; ///< consecutive tokens per thread in a tile
+  Value tid;         ///< i64 in [0, size)
+  Value shared;      ///< sharedElements(size) elements of the float type
+  std::function<void()> barrier;
+  /// The value `v` (a float) of lane `lane - delta` of the warp, or of lane
+  /// `lane ^ delta` with `xorMode`; lanes with lane < delta get their own
+  /// `v` back. All threads of the block call it at the same point.
+  std::function<Value(Value v, int64_t delta, bool xorMode)> shuffle;
+
+  /// Lanes per warp: 32, or the whole block when it is smaller.
+  int64_t warp() const { return std::min<int64_t>(32, size); }
+};
+
+/// The shared-memory elements of a block kernel of `size` threads: the
+/// warps' partials (two arrays of `size`, of which the first size / 32
+/// elements are used), then the simulation's exchange area for shuffles.
+int64_t sharedElements(int64_t size) { return 3 * size; }
+
 class SeqKernelEmitter {
 public:
   SeqKernelEmitter(Emitter &e, KernelOp kernel, const Abi &abi,
                    ArrayRef<std::pair<Value, unsigned>> tokenStores,
-                   ArrayRef<std::pair<Value, unsigned>> seqStores)
+                   ArrayRef<std::pair<Value, unsigned>> seqStores,
+                   const BlockThreads *threads = nullptr)
       : e(e), b(e.b), kernel(kernel), abi(abi), tokenStores(tokenStores),
-        seqStores(seqStores) {}
+        seqStores(seqStores), threads(threads) {}
 
   void emit(Value unit) {
     this->unit = unit;
@@ -433,10 +462,27 @@ public:
     len = b.create<arith::SubIOp>(e.loc, end, start);
     if (abi.needsGroups)
       group = e.loadI32AsI64(kSeqGroup, unit);
-    for (Loop &l : loops)
-      emitLoop(l);
+    if (!threads) {
+      for (Loop &l : loops)
+        emitLoop(l);
+      for (auto [v, buf] : seqStores)
+        e.storeBuffer(buf, evalOuter(v), unit);
+      return;
+    }
+    for (size_t i = 0; i < loops.size(); ++i) {
+      if (i)
+        threads->barrier();
+      emitBlockLoop(loops[i]);
+    }
+    // Every thread has the sequence's values; thread 0 stores them.
+    SmallVector<std::pair<Value, unsigned>> values;
     for (auto [v, buf] : seqStores)
-      e.storeBuffer(buf, evalOuter(v), unit);
+      values.push_back({evalOuter(v), buf});
+    if (!values.empty())
+      IndexOps(e).when(isThread0(), [&] {
+        for (auto [v, buf] : values)
+          e.storeBuffer(buf, v, unit);
+      });
   }
 
 private:
@@ -693,6 +739,308 @@ private:
             reduceFinish(red, forOp.getResult(carry++));
       }
     }
+  }
+
+  Value isThread0() {
+    return b.create<arith::CmpIOp>(e.loc, arith::CmpIPredicate::eq,
+                                   threads->tid, e.i64(0));
+  }
+  Value sharedAt(Value i) { return e.ptrAt(threads->shared, i, e.ft); }
+  Value loadShared(Value i) {
+    return b.create<LLVM::LoadOp>(e.loc, e.ft, sharedAt(i));
+  }
+  void storeShared(Value v, Value i) {
+    b.create<LLVM::StoreOp>(e.loc, v, sharedAt(i));
+  }
+
+  /// A loop of the schedule as a block of threads runs it. The sequence is
+  /// cut into tiles of size * items tokens, visited in the loop's direction;
+  /// in a tile, thread `tid` has the `items` consecutive positions from
+  /// tid * items (positions count in the loop's direction, so a reverse
+  /// loop's position p is token end - 1 - p). Per tile, each item of the
+  /// loop is done by all threads before the next item starts:
+  ///   a scan y = x + c * y_prev composes its affine steps (c, x): each
+  ///     thread composes its own tokens' steps, a block-wide scan (blockScan:
+  ///     warp shuffles, then the warps' partials through shared memory)
+  ///     gives each thread the composition of the steps before its own,
+  ///     applied to the carry from the previous tile; the thread then walks
+  ///     its tokens again from that start and stores y. A barrier follows,
+  ///     so later items may read the scan at any token it has reached
+  ///     (other offsets are loaded);
+  ///   a reduction accumulates per thread across tiles and is combined by a
+  ///     block-wide tree after the last tile (`first`/`last` are read at the
+  ///     sequence's first/last token instead);
+  ///   a store evaluates its value and stores it.
+  /// Positions past the sequence's end evaluate at its last token (so every
+  /// load stays inside the sequence) and count as the identity (c = 1,
+  /// x = 0), as no reduction and store nothing. Every barrier is reached by
+  /// all threads of the block: trip counts depend on the sequence only.
+  void emitBlockLoop(Loop &l) {
+    DenseSet<Value> seen;
+    for (Item &it : l.items) {
+      if (it.kind == Item::Store)
+        prepareOuter(it.value, seen);
+      else
+        for (Value o : it.op->getOperands())
+          prepareOuter(o, seen);
+    }
+    // A rank reads its whole sequence: thread 0 sorts it before the loop.
+    bool hasRank = llvm::any_of(
+        l.items, [](const Item &it) { return it.kind == Item::Rank; });
+    if (hasRank) {
+      IndexOps(e).when(isThread0(), [&] {
+        for (Item &it : l.items)
+          if (it.kind == Item::Rank)
+            emitRankSort(cast<RankOp>(it.op));
+      });
+      threads->barrier();
+    }
+    auto isFirstLast = [](ReduceOp r) {
+      return r.getKind() == ReduceKind::First ||
+             r.getKind() == ReduceKind::Last;
+    };
+    // Loop-carried values: each scan's carry (the same in every thread),
+    // each reduction's per-thread partial.
+    SmallVector<Value> inits;
+    for (Item &it : l.items) {
+      if (it.kind == Item::Scan)
+        inits.push_back(e.fconst(0.0));
+      else if (it.kind == Item::Reduce && !isFirstLast(cast<ReduceOp>(it.op)))
+        inits.push_back(reduceInit(cast<ReduceOp>(it.op)));
+    }
+    const int64_t size = threads->size, items = threads->items;
+    Value tileLen = e.i64(size * items);
+    Value tiles = b.create<arith::DivSIOp>(
+        e.loc,
+        b.create<arith::AddIOp>(e.loc, len, e.i64(size * items - 1)),
+        tileLen);
+    Value first = b.create<arith::MulIOp>(e.loc, threads->tid, e.i64(items));
+    Value lastPos = b.create<arith::SubIOp>(e.loc, len, e.i64(1));
+    Value lastTok = b.create<arith::SubIOp>(e.loc, end, e.i64(1));
+    auto forOp = b.create<scf::ForOp>(e.loc, e.i64(0), tiles, e.i64(1), inits);
+    eraseImplicitYield(forOp);
+    {
+      OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(forOp.getBody());
+      Value base = b.create<arith::AddIOp>(
+          e.loc,
+          b.create<arith::MulIOp>(e.loc, forOp.getInductionVar(), tileLen),
+          first);
+      tokenMemo.clear();
+      SmallVector<Value> ts, ins;
+      for (int64_t j = 0; j < items; ++j) {
+        Value p = b.create<arith::AddIOp>(e.loc, base, e.i64(j));
+        Value in =
+            b.create<arith::CmpIOp>(e.loc, arith::CmpIPredicate::slt, p, len);
+        Value pc = b.create<arith::SelectOp>(e.loc, in, p, lastPos);
+        Value t;
+        if (l.reverse)
+          t = b.create<arith::SubIOp>(e.loc, lastTok, pc);
+        else
+          t = b.create<arith::AddIOp>(e.loc, start, pc);
+        ts.push_back(t);
+        ins.push_back(in);
+      }
+      SmallVector<Value> yields;
+      unsigned carry = 0;
+      for (Item &it : l.items) {
+        switch (it.kind) {
+        case Item::Scan: {
+          auto scan = cast<ScanOp>(it.op);
+          SmallVector<Value> xs, cs;
+          Value a = e.fconst(1.0), bb = e.fconst(0.0);
+          for (int64_t j = 0; j < items; ++j) {
+            Value x = evalTok(scan.getInput(), ts[j]);
+            Value c = evalTok(scan.getDecay(), ts[j]);
+            xs.push_back(
+                b.create<arith::SelectOp>(e.loc, ins[j], x, e.fconst(0.0)));
+            cs.push_back(
+                b.create<arith::SelectOp>(e.loc, ins[j], c, e.fconst(1.0)));
+            bb = b.create<arith::AddFOp>(
+                e.loc, xs[j], b.create<arith::MulFOp>(e.loc, cs[j], bb));
+            a = b.create<arith::MulFOp>(e.loc, cs[j], a);
+          }
+          auto [exA, exB, totA, totB] = blockScan(a, bb);
+          Value prev = forOp.getRegionIterArgs()[carry++];
+          Value y = b.create<arith::AddFOp>(
+              e.loc, exB, b.create<arith::MulFOp>(e.loc, exA, prev));
+          for (int64_t j = 0; j < items; ++j) {
+            y = b.create<arith::AddFOp>(
+                e.loc, xs[j], b.create<arith::MulFOp>(e.loc, cs[j], y));
+            Value yj = y;
+            IndexOps(e).when(ins[j],
+                             [&] { e.storeBuffer(it.buffer, yj, ts[j]); });
+            tokenMemo[{scan.getResult(), ts[j]}] = yj;
+          }
+          yields.push_back(b.create<arith::AddFOp>(
+              e.loc, totB, b.create<arith::MulFOp>(e.loc, totA, prev)));
+          threads->barrier();
+          break;
+        }
+        case Item::Rank: // sorted before the loop
+          break;
+        case Item::Reduce: {
+          auto red = cast<ReduceOp>(it.op);
+          if (isFirstLast(red))
+            break;
+          Value acc = forOp.getRegionIterArgs()[carry++];
+          for (int64_t j = 0; j < items; ++j) {
+            Value stepped =
+                reduceStep(red, acc, evalTok(red.getOperand(), ts[j]), ts[j]);
+            acc = b.create<arith::SelectOp>(e.loc, ins[j], stepped, acc);
+          }
+          yields.push_back(acc);
+          break;
+        }
+        case Item::Store:
+          for (int64_t j = 0; j < items; ++j) {
+            Value v = evalTok(it.value, ts[j]);
+            IndexOps(e).when(ins[j],
+                             [&] { e.storeBuffer(it.buffer, v, ts[j]); });
+          }
+          break;
+        }
+      }
+      b.create<scf::YieldOp>(e.loc, yields);
+      tokenMemo.clear();
+    }
+    unsigned carry = 0;
+    for (Item &it : l.items) {
+      if (it.kind == Item::Scan) {
+        ++carry;
+        continue;
+      }
+      if (it.kind != Item::Reduce)
+        continue;
+      auto red = cast<ReduceOp>(it.op);
+      if (isFirstLast(red)) {
+        // The value at the sequence's first or last token (0 when empty),
+        // which every thread can evaluate: what it reads is complete.
+        Value some = b.create<arith::CmpIOp>(e.loc, arith::CmpIPredicate::sgt,
+                                             len, e.i64(0));
+        auto ifOp = b.create<scf::IfOp>(e.loc, TypeRange{e.ft}, some,
+                                        /*withElse=*/true);
+        {
+          OpBuilder::InsertionGuard g(b);
+          b.setInsertionPointToStart(&ifOp.getThenRegion().front());
+          // A new index value, so that nothing memoized at `start` or
+          // `end - 1` (defined in this branch only) is reused outside it.
+          Value t;
+          if (red.getKind() == ReduceKind::First)
+            t = b.create<arith::AddIOp>(e.loc, start, e.i64(0));
+          else
+            t = b.create<arith::SubIOp>(e.loc, end, e.i64(1));
+          b.create<scf::YieldOp>(e.loc, evalTok(red.getOperand(), t));
+          tokenMemo.clear();
+          b.setInsertionPointToStart(&ifOp.getElseRegion().front());
+          b.create<scf::YieldOp>(e.loc, e.fconst(0.0));
+        }
+        outerMemo[red.getResult()] = ifOp.getResult(0);
+        continue;
+      }
+      outerMemo[red.getResult()] =
+          reduceFinish(red, blockReduce(red, forOp.getResult(carry++)));
+    }
+  }
+
+  /// The block-wide scan of each thread's affine step (a, b): y -> a*y + b.
+  /// Returns the composition of the steps of the threads before this one
+  /// (the identity for thread 0) and of all the block's steps. A warp scans
+  /// its lanes' steps with shuffles (Kogge-Stone, log2(32) rounds, no
+  /// barrier); each warp's last lane puts the warp's composition in shared
+  /// memory; after one barrier every thread composes the warps before its
+  /// own (at most 32 broadcast reads). Shared memory is free again after the
+  /// caller's next barrier.
+  std::tuple<Value, Value, Value, Value> blockScan(Value a, Value bv) {
+    const int64_t size = threads->size, w = threads->warp(),
+                  warps = size / w;
+    Value tid = threads->tid;
+    Value lane = b.create<arith::RemSIOp>(e.loc, tid, e.i64(w));
+    Value warp = b.create<arith::DivSIOp>(e.loc, tid, e.i64(w));
+    auto compose = [&](Value ea, Value eb, Value la, Value lb) {
+      // (la, lb) after (ea, eb): y -> la*(ea*y + eb) + lb.
+      return std::make_pair(
+          b.create<arith::MulFOp>(e.loc, la, ea).getResult(),
+          b.create<arith::AddFOp>(e.loc, lb,
+                                  b.create<arith::MulFOp>(e.loc, la, eb))
+              .getResult());
+    };
+    for (int64_t d = 1; d < w; d *= 2) {
+      Value a0 = threads->shuffle(a, d, false);
+      Value b0 = threads->shuffle(bv, d, false);
+      Value has = b.create<arith::CmpIOp>(e.loc, arith::CmpIPredicate::sge,
+                                          lane, e.i64(d));
+      auto [na, nb] = compose(a0, b0, a, bv);
+      a = b.create<arith::SelectOp>(e.loc, has, na, a);
+      bv = b.create<arith::SelectOp>(e.loc, has, nb, bv);
+    }
+    // The lanes before this one: the inclusive value of lane - 1.
+    Value pa = threads->shuffle(a, 1, false);
+    Value pb = threads->shuffle(bv, 1, false);
+    Value notFirst = b.create<arith::CmpIOp>(e.loc, arith::CmpIPredicate::sgt,
+                                             lane, e.i64(0));
+    Value exA = b.create<arith::SelectOp>(e.loc, notFirst, pa, e.fconst(1.0));
+    Value exB = b.create<arith::SelectOp>(e.loc, notFirst, pb, e.fconst(0.0));
+    Value last = b.create<arith::CmpIOp>(e.loc, arith::CmpIPredicate::eq,
+                                         lane, e.i64(w - 1));
+    IndexOps(e).when(last, [&] {
+      storeShared(a, warp);
+      storeShared(bv, b.create<arith::AddIOp>(e.loc, warp, e.i64(size)));
+    });
+    threads->barrier();
+    // The warps before this one, and all warps.
+    Value wa = e.fconst(1.0), wb = e.fconst(0.0);
+    Value ta = wa, tb = wb;
+    for (int64_t k = 0; k < warps; ++k) {
+      Value ka = loadShared(e.i64(k)), kb = loadShared(e.i64(size + k));
+      auto [na, nb] = compose(ta, tb, ka, kb);
+      ta = na;
+      tb = nb;
+      if (k + 1 == warps)
+        break;
+      // After warp k, the prefix of warps k + 1 and later includes it.
+      Value before = b.create<arith::CmpIOp>(e.loc, arith::CmpIPredicate::sgt,
+                                             warp, e.i64(k));
+      wa = b.create<arith::SelectOp>(e.loc, before, ta, wa);
+      wb = b.create<arith::SelectOp>(e.loc, before, tb, wb);
+    }
+    auto [xa, xb] = compose(wa, wb, exA, exB);
+    return {xa, xb, ta, tb};
+  }
+
+  /// Combines the threads' partials of a token -> seq reduction: a butterfly
+  /// of shuffles in each warp (every lane ends with the same value), the
+  /// warps' values through shared memory, combined by every thread in the
+  /// same order; every thread gets the result.
+  Value blockReduce(ReduceOp red, Value acc) {
+    const int64_t size = threads->size, w = threads->warp(),
+                  warps = size / w;
+    auto combine = [&](Value x, Value y) -> Value {
+      switch (red.getKind()) {
+      case ReduceKind::Min:
+        return b.create<arith::MinimumFOp>(e.loc, x, y);
+      case ReduceKind::Max:
+        return b.create<arith::MaximumFOp>(e.loc, x, y);
+      default: // sum, mean, count
+        return b.create<arith::AddFOp>(e.loc, x, y);
+      }
+    };
+    for (int64_t d = w / 2; d >= 1; d /= 2)
+      acc = combine(acc, threads->shuffle(acc, d, true));
+    if (warps == 1)
+      return acc;
+    Value tid = threads->tid;
+    Value lane = b.create<arith::RemSIOp>(e.loc, tid, e.i64(w));
+    Value warp = b.create<arith::DivSIOp>(e.loc, tid, e.i64(w));
+    Value first = b.create<arith::CmpIOp>(e.loc, arith::CmpIPredicate::eq,
+                                          lane, e.i64(0));
+    IndexOps(e).when(first, [&] { storeShared(acc, warp); });
+    threads->barrier();
+    Value r = loadShared(e.i64(0));
+    for (int64_t k = 1; k < warps; ++k)
+      r = combine(r, loadShared(e.i64(k)));
+    threads->barrier();
+    return r;
   }
 
   /// rank[t] = #{u : x[u] > x[t] or (x[u] == x[t] and u < t)}, the position
@@ -991,6 +1339,7 @@ private:
   KernelOp kernel;
   const Abi &abi;
   ArrayRef<std::pair<Value, unsigned>> tokenStores, seqStores;
+  const BlockThreads *threads;
   std::vector<Loop> loops;
   DenseMap<Operation *, size_t> loopOf;
   DenseSet<std::pair<Value, unsigned>> placedStores;
@@ -1527,9 +1876,22 @@ struct LowerKernelsPass
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
-    if (target != "cpu" && target != "cuda") {
-      module.emitError("cac-lower-kernels: target must be cpu or cuda, not '")
+    if (target != "cpu" && target != "cuda" && target != "cuda-sim") {
+      module.emitError(
+          "cac-lower-kernels: target must be cpu, cuda or cuda-sim, not '")
           << target << "'";
+      return signalPassFailure();
+    }
+    if (seqBlock != 0 &&
+        (seqBlock < 1 || seqBlock > 1024 || (seqBlock & (seqBlock - 1)))) {
+      module.emitError("cac-lower-kernels: seq-block must be 0 or a power "
+                       "of 2 up to 1024, not ")
+          << seqBlock.getValue();
+      return signalPassFailure();
+    }
+    if (seqItems < 1 || seqItems > 16) {
+      module.emitError("cac-lower-kernels: seq-items must be in [1, 16], not ")
+          << seqItems.getValue();
       return signalPassFailure();
     }
     SmallVector<EstimatorOp> ests(module.getOps<EstimatorOp>());
@@ -1638,22 +2000,29 @@ struct LowerKernelsPass
                       b.getUnitAttr());
       gpuModule = b.create<gpu::GPUModuleOp>(loc, "cac_kernels");
     }
+    // Seq kernels run a block per sequence (seq-block threads) on the GPU
+    // and in its CPU simulation.
+    const bool blockSeq = target != "cpu" && seqBlock > 0;
+    if (blockSeq)
+      declareBlockSupport(module, gpuModule, loc, ft);
 
     llvm::json::Array kernelsJson;
     if (abi.tree) {
       std::string name = est.getSymName().str() + "_tree";
-      auto emitTree = [&](OpBuilder &ib, ArrayRef<Value> args, Value unit) {
+      auto emitTree = [&](OpBuilder &ib, ArrayRef<Value> args, Value unit,
+                          const BlockThreads *) {
         Emitter em(ib, loc, ft, args, abi);
         TreeBuilder(em, *abi.tree).emit(unit);
       };
-      if (target == "cpu")
+      if (target != "cuda")
         emitCpuFunction(b, loc, name, abi, ft, emitTree);
       else
-        emitGpuFunction(gpuModule, loc, name, abi, ft, emitTree);
+        emitGpuFunction(gpuModule, loc, name, abi, ft, emitTree, false);
       llvm::json::Object k;
       k["name"] = name;
       k["grid"] = "node";
       k["block"] = blockSize.getValue();
+      k["unit"] = "thread";
       kernelsJson.push_back(std::move(k));
     }
     for (auto kernel : body.getOps<KernelOp>()) {
@@ -1681,10 +2050,12 @@ struct LowerKernelsPass
           addStore(v, buf);
       }
 
-      auto emitBody = [&](OpBuilder &ib, ArrayRef<Value> args, Value unit) {
+      const bool perBlock = blockSeq && kernel.getGrid() == Domain::Seq;
+      auto emitBody = [&](OpBuilder &ib, ArrayRef<Value> args, Value unit,
+                          const BlockThreads *threads) {
         Emitter em(ib, kernel.getLoc(), ft, args, abi);
         if (kernel.getGrid() == Domain::Seq) {
-          SeqKernelEmitter(em, kernel, abi, tokenStores, outerStores)
+          SeqKernelEmitter(em, kernel, abi, tokenStores, outerStores, threads)
               .emit(unit);
         } else if (kernel.getGrid() == Domain::Node) {
           NodeKernelEmitter(em, kernel, abi, outerStores).emit(unit);
@@ -1693,15 +2064,21 @@ struct LowerKernelsPass
         }
       };
 
-      if (target == "cpu")
-        emitCpuFunction(b, kernel.getLoc(), name, abi, ft, emitBody);
+      if (target == "cuda")
+        emitGpuFunction(gpuModule, kernel.getLoc(), name, abi, ft, emitBody,
+                        perBlock);
+      else if (perBlock)
+        emitSimFunction(b, kernel.getLoc(), name, abi, ft, emitBody);
       else
-        emitGpuFunction(gpuModule, kernel.getLoc(), name, abi, ft, emitBody);
+        emitCpuFunction(b, kernel.getLoc(), name, abi, ft, emitBody);
 
       llvm::json::Object k;
       k["name"] = name;
       k["grid"] = stringifyDomain(kernel.getGrid()).str();
-      k["block"] = blockSize.getValue();
+      k["block"] = perBlock ? seqBlock.getValue() : blockSize.getValue();
+      k["unit"] = perBlock ? "block" : "thread";
+      if (perBlock)
+        k["items"] = seqItems.getValue();
       kernelsJson.push_back(std::move(k));
     }
 
@@ -1710,8 +2087,34 @@ struct LowerKernelsPass
     return success();
   }
 
-  using BodyFn =
-      llvm::function_ref<void(OpBuilder &, ArrayRef<Value>, Value unit)>;
+  using BodyFn = llvm::function_ref<void(OpBuilder &, ArrayRef<Value>,
+                                         Value unit, const BlockThreads *)>;
+
+  static constexpr const char *kSharedName = "cac_shared";
+  static constexpr const char *kSimBarrier = "cac_sim_barrier";
+
+  /// What block kernels use: on the GPU a shared-memory array in the
+  /// gpu.module; in the simulation the barrier function's declaration.
+  void declareBlockSupport(ModuleOp module, gpu::GPUModuleOp gpuModule,
+                           Location loc, Type ft) {
+    auto ptrTy = LLVM::LLVMPointerType::get(module.getContext());
+    if (gpuModule) {
+      OpBuilder b = OpBuilder::atBlockBegin(gpuModule.getBody());
+      auto arrTy = LLVM::LLVMArrayType::get(
+          ft, uint64_t(sharedElements(seqBlock)));
+      auto g = b.create<LLVM::GlobalOp>(loc, arrTy, /*isConstant=*/false,
+                                        LLVM::Linkage::Internal, kSharedName,
+                                        Attribute(), /*alignment=*/16,
+                                        /*addrSpace=*/3);
+      (void)g;
+      return;
+    }
+    OpBuilder b = OpBuilder::atBlockBegin(module.getBody());
+    b.create<LLVM::LLVMFuncOp>(
+        loc, kSimBarrier,
+        LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(b.getContext()),
+                                    {ptrTy}));
+  }
 
   Type argType(OpBuilder &b, const AbiArg &a, Type ft) {
     switch (a.kind) {
@@ -1725,15 +2128,10 @@ struct LowerKernelsPass
     return {};
   }
 
-  void emitCpuFunction(OpBuilder &b, Location loc, StringRef name,
-                       const Abi &abi, Type ft, BodyFn body) {
-    auto ptrTy = LLVM::LLVMPointerType::get(b.getContext());
-    auto fn = b.create<func::FuncOp>(loc, name,
-                                     b.getFunctionType({ptrTy}, {}));
-    fn->setAttr("llvm.emit_c_interface", b.getUnitAttr());
-    Block *entry = fn.addEntryBlock();
-    OpBuilder ib = OpBuilder::atBlockBegin(entry);
-    Value argv = entry->getArgument(0);
+  /// The arguments of a CPU entry, loaded from its void** array.
+  SmallVector<Value> loadCpuArgs(OpBuilder &ib, Location loc, Value argv,
+                                 const Abi &abi, Type ft) {
+    auto ptrTy = LLVM::LLVMPointerType::get(ib.getContext());
     SmallVector<Value> args;
     for (auto [i, a] : llvm::enumerate(abi.args)) {
       Value idx = ib.create<arith::ConstantOp>(loc, ib.getI64IntegerAttr(i));
@@ -1743,19 +2141,108 @@ struct LowerKernelsPass
       args.push_back(
           ib.create<LLVM::LoadOp>(loc, argType(ib, a, ft), valuePtr));
     }
+    return args;
+  }
+
+  /// A block kernel in the CPU simulation: `NAME(void** params, i64 tid,
+  /// ptr shared, ptr barrier)`, called by `seq-block` threads at once with
+  /// the same unit range; each unit ends with a barrier so that the next
+  /// one may reuse shared memory.
+  void emitSimFunction(OpBuilder &b, Location loc, StringRef name,
+                       const Abi &abi, Type ft, BodyFn body) {
+    auto ptrTy = LLVM::LLVMPointerType::get(b.getContext());
+    auto fn = b.create<func::FuncOp>(
+        loc, name,
+        b.getFunctionType({ptrTy, b.getI64Type(), ptrTy, ptrTy}, {}));
+    fn->setAttr("llvm.emit_c_interface", b.getUnitAttr());
+    Block *entry = fn.addEntryBlock();
+    OpBuilder ib = OpBuilder::atBlockBegin(entry);
+    SmallVector<Value> args =
+        loadCpuArgs(ib, loc, entry->getArgument(0), abi, ft);
+    Value bar = entry->getArgument(3);
+    BlockThreads threads;
+    threads.size = seqBlock;
+    threads.items = seqItems;
+    threads.tid = entry->getArgument(1);
+    threads.shared = entry->getArgument(2);
     Value one = ib.create<arith::ConstantOp>(loc, ib.getI64IntegerAttr(1));
     auto loop = ib.create<scf::ForOp>(loc, args[kUnitBegin], args[kUnitEnd],
                                       one);
     {
       OpBuilder lb = OpBuilder::atBlockBegin(loop.getBody());
       lb.setInsertionPoint(loop.getBody()->getTerminator());
-      body(lb, args, loop.getInductionVar());
+      threads.barrier = [&lb, loc, bar] {
+        lb.create<LLVM::CallOp>(loc, TypeRange{}, kSimBarrier,
+                                ValueRange{bar});
+      };
+      // A shuffle through the exchange area of shared memory: each thread
+      // writes its value, and after a barrier reads its source lane's
+      // (another barrier before the area is written again).
+      threads.shuffle = [&lb, loc, &threads, ft](Value v, int64_t delta,
+                                                 bool xorMode) -> Value {
+        auto i64 = [&](int64_t x) -> Value {
+          return lb.create<arith::ConstantOp>(loc, lb.getI64IntegerAttr(x));
+        };
+        Value tid = threads.tid;
+        Value area = lb.create<LLVM::GEPOp>(
+            loc, threads.shared.getType(), ft, threads.shared,
+            ValueRange{i64(2 * threads.size)});
+        auto at = [&](Value i) {
+          return lb.create<LLVM::GEPOp>(loc, area.getType(), ft, area,
+                                        ValueRange{i});
+        };
+        lb.create<LLVM::StoreOp>(loc, v, at(tid));
+        threads.barrier();
+        Value lane = lb.create<arith::RemSIOp>(loc, tid, i64(threads.warp()));
+        Value src, valid;
+        if (xorMode) {
+          src = lb.create<arith::XOrIOp>(loc, tid, i64(delta));
+          valid = lb.create<arith::ConstantOp>(loc, lb.getBoolAttr(true));
+        } else {
+          valid = lb.create<arith::CmpIOp>(loc, arith::CmpIPredicate::sge,
+                                           lane, i64(delta));
+          src = lb.create<arith::SelectOp>(
+              loc, valid, lb.create<arith::SubIOp>(loc, tid, i64(delta)),
+              tid);
+        }
+        Value r = lb.create<LLVM::LoadOp>(loc, ft, at(src));
+        threads.barrier();
+        return lb.create<arith::SelectOp>(loc, valid, r, v);
+      };
+      body(lb, args, loop.getInductionVar(), &threads);
+      threads.barrier();
     }
     ib.create<func::ReturnOp>(loc);
   }
 
-  void emitGpuFunction(gpu::GPUModuleOp mod, Location loc, StringRef name,
+  void emitCpuFunction(OpBuilder &b, Location loc, StringRef name,
                        const Abi &abi, Type ft, BodyFn body) {
+    auto ptrTy = LLVM::LLVMPointerType::get(b.getContext());
+    auto fn = b.create<func::FuncOp>(loc, name,
+                                     b.getFunctionType({ptrTy}, {}));
+    fn->setAttr("llvm.emit_c_interface", b.getUnitAttr());
+    Block *entry = fn.addEntryBlock();
+    OpBuilder ib = OpBuilder::atBlockBegin(entry);
+    Value argv = entry->getArgument(0);
+    SmallVector<Value> args = loadCpuArgs(ib, loc, argv, abi, ft);
+    Value one = ib.create<arith::ConstantOp>(loc, ib.getI64IntegerAttr(1));
+    auto loop = ib.create<scf::ForOp>(loc, args[kUnitBegin], args[kUnitEnd],
+                                      one);
+    {
+      OpBuilder lb = OpBuilder::atBlockBegin(loop.getBody());
+      lb.setInsertionPoint(loop.getBody()->getTerminator());
+      body(lb, args, loop.getInductionVar(), nullptr);
+    }
+    ib.create<func::ReturnOp>(loc);
+  }
+
+  /// A gpu.func kernel. With `perBlock`, one block of seq-block threads per
+  /// unit: unit = unit_begin + blockIdx.x; otherwise one thread per unit:
+  /// unit = unit_begin + blockIdx.x * blockDim.x + threadIdx.x. Units at or
+  /// past unit_end do nothing (a whole block at once with `perBlock`, so
+  /// that its barriers are reached by all its threads or none).
+  void emitGpuFunction(gpu::GPUModuleOp mod, Location loc, StringRef name,
+                       const Abi &abi, Type ft, BodyFn body, bool perBlock) {
     OpBuilder b = OpBuilder::atBlockEnd(mod.getBody());
     b.setInsertionPoint(mod.getBody()->getTerminator());
     SmallVector<Type> types;
@@ -1767,19 +2254,48 @@ struct LowerKernelsPass
     OpBuilder ib = OpBuilder::atBlockBegin(&entry);
     SmallVector<Value> args(entry.getArguments().begin(),
                             entry.getArguments().end());
-    Value tid = ib.create<gpu::ThreadIdOp>(loc, gpu::Dimension::x);
-    Value bid = ib.create<gpu::BlockIdOp>(loc, gpu::Dimension::x);
-    Value bdim = ib.create<gpu::BlockDimOp>(loc, gpu::Dimension::x);
-    Value lin = ib.create<arith::AddIOp>(
-        loc, ib.create<arith::MulIOp>(loc, bid, bdim), tid);
-    Value lin64 = ib.create<arith::IndexCastOp>(loc, ib.getI64Type(), lin);
-    Value unit = ib.create<arith::AddIOp>(loc, args[kUnitBegin], lin64);
+    auto i64 = [&](Value index) -> Value {
+      return ib.create<arith::IndexCastOp>(loc, ib.getI64Type(), index);
+    };
+    Value tid = i64(ib.create<gpu::ThreadIdOp>(loc, gpu::Dimension::x));
+    Value bid = i64(ib.create<gpu::BlockIdOp>(loc, gpu::Dimension::x));
+    BlockThreads threads;
+    Value lin = bid;
+    if (perBlock) {
+      // The launch must use exactly seq-block threads (.reqntid in PTX).
+      fn.setKnownBlockSizeAttr(ib.getDenseI32ArrayAttr(
+          {int32_t(seqBlock.getValue()), 1, 1}));
+      threads.size = seqBlock;
+      threads.items = seqItems;
+      threads.tid = tid;
+      auto shared = ib.create<LLVM::AddressOfOp>(
+          loc, LLVM::LLVMPointerType::get(ib.getContext(), 3), kSharedName);
+      threads.shared = shared;
+    } else {
+      Value bdim = i64(ib.create<gpu::BlockDimOp>(loc, gpu::Dimension::x));
+      lin = ib.create<arith::AddIOp>(
+          loc, ib.create<arith::MulIOp>(loc, bid, bdim), tid);
+    }
+    Value unit = ib.create<arith::AddIOp>(loc, args[kUnitBegin], lin);
     Value inRange = ib.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt,
                                              unit, args[kUnitEnd]);
     auto ifOp = ib.create<scf::IfOp>(loc, inRange, /*withElse=*/false);
     {
       OpBuilder tb = ifOp.getThenBodyBuilder();
-      body(tb, args, unit);
+      threads.barrier = [&tb, loc] { tb.create<gpu::BarrierOp>(loc); };
+      const int64_t width = threads.warp();
+      threads.shuffle = [&tb, loc, width](Value v, int64_t delta,
+                                          bool xorMode) -> Value {
+        auto i32 = [&](int64_t x) -> Value {
+          return tb.create<arith::ConstantOp>(loc, tb.getI32IntegerAttr(x));
+        };
+        auto sh = tb.create<gpu::ShuffleOp>(
+            loc, v, i32(delta), i32(width),
+            xorMode ? gpu::ShuffleMode::XOR : gpu::ShuffleMode::UP);
+        return tb.create<arith::SelectOp>(loc, sh.getValid(),
+                                          sh.getShuffleResult(), v);
+      };
+      body(tb, args, unit, perBlock ? &threads : nullptr);
     }
     ib.create<gpu::ReturnOp>(loc);
   }

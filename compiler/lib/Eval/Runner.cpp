@@ -4,6 +4,10 @@
 
 #include "llvm/Support/JSON.h"
 
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
 using namespace cac;
 
 static llvm::Error err(const llvm::Twine &msg) {
@@ -51,9 +55,20 @@ llvm::Expected<ManifestInfo> cac::parseManifest(llvm::StringRef json) {
       auto *ko = k.getAsObject();
       if (!ko)
         return err("manifest: kernels must be objects");
-      m.kernels.push_back({ko->getString("name").value_or("").str(),
-                           ko->getString("grid").value_or("").str(),
-                           ko->getInteger("block").value_or(128)});
+      ManifestInfo::KernelInfo ki;
+      ki.name = ko->getString("name").value_or("").str();
+      ki.grid = ko->getString("grid").value_or("").str();
+      ki.block = ko->getInteger("block").value_or(128);
+      std::string unit = ko->getString("unit").value_or("thread").str();
+      if (unit != "thread" && unit != "block")
+        return err("manifest: kernel '" + ki.name +
+                   "': \"unit\" must be \"thread\" or \"block\", not '" +
+                   unit + "'");
+      ki.perBlock = unit == "block";
+      if (ki.perBlock && (ki.block < 1 || ki.block > 1024))
+        return err("manifest: kernel '" + ki.name +
+                   "': \"block\" must be in [1, 1024]");
+      m.kernels.push_back(std::move(ki));
     }
   if (auto *as = o->getArray("args"))
     for (auto &a : *as) {
@@ -68,10 +83,78 @@ llvm::Expected<ManifestInfo> cac::parseManifest(llvm::StringRef json) {
 
 namespace {
 
+/// Where the simulated threads of a block meet. A thread that returns while
+/// others wait (or that waits after another returned) means the block's
+/// threads reached different barriers, which on a GPU is undefined: it is
+/// recorded, and nobody waits any more.
+class SimBarrier {
+public:
+  explicit SimBarrier(int64_t threads) : threads(threads) {}
+  void wait() {
+    std::unique_lock<std::mutex> lock(m);
+    if (exited > 0) {
+      mismatch = true;
+      return;
+    }
+    int64_t gen = generation;
+    if (++waiting == threads) {
+      waiting = 0;
+      ++generation;
+      cv.notify_all();
+      return;
+    }
+    cv.wait(lock, [&] { return gen != generation || exited > 0; });
+    if (gen == generation)
+      mismatch = true;
+  }
+  void exit() {
+    std::lock_guard<std::mutex> lock(m);
+    ++exited;
+    if (waiting > 0)
+      mismatch = true;
+    cv.notify_all();
+  }
+  bool mismatched() const { return mismatch; }
+
+private:
+  std::mutex m;
+  std::condition_variable cv;
+  int64_t threads, waiting = 0, generation = 0, exited = 0;
+  bool mismatch = false;
+};
+
+/// `cac_sim_barrier(ptr)` of the simulated kernels.
+void simBarrier(void *barrier) { static_cast<SimBarrier *>(barrier)->wait(); }
+
+using BlockFn = void (*)(void **, int64_t, void *, void *);
+
+/// Runs a block kernel's units with `threads` OS threads, as one GPU block
+/// runs each unit (the function loops over the units itself).
+llvm::Error simulateBlocks(const ManifestInfo::KernelInfo &k, BlockFn fn,
+                           void **argv) {
+  SimBarrier barrier(k.block);
+  // The shared memory of the block: 3 * block elements of at most 8 bytes
+  // (the lowering's sharedElements).
+  std::vector<double> shared(size_t(3 * k.block));
+  std::vector<std::thread> threads;
+  threads.reserve(size_t(k.block));
+  for (int64_t tid = 0; tid < k.block; ++tid)
+    threads.emplace_back([&, tid] {
+      fn(argv, tid, shared.data(), &barrier);
+      barrier.exit();
+    });
+  for (std::thread &t : threads)
+    t.join();
+  if (barrier.mismatched())
+    return err("kernel '" + k.name +
+               "': the threads of a block reached different barriers");
+  return llvm::Error::success();
+}
+
 template <typename T>
 llvm::Expected<std::vector<OutputArray>>
 runTyped(const ManifestInfo &m,
-         llvm::function_ref<void (*(llvm::StringRef))(void **)> lookup,
+         llvm::function_ref<void *(llvm::StringRef)> lookup,
          const Batch &batch) {
   auto params = resolveParams(batch, m.params);
   if (!params)
@@ -169,7 +252,13 @@ runTyped(const ManifestInfo &m,
       return err("kernel '" + k.name + "' not found in the compiled code");
     unitBegin = 0;
     unitEnd = k.grid == "group" ? G : k.grid == "node" ? nNodes : B;
-    fn(argv.data());
+    if (k.perBlock) {
+      if (auto e = simulateBlocks(k, reinterpret_cast<BlockFn>(fn),
+                                  argv.data()))
+        return std::move(e);
+    } else {
+      reinterpret_cast<void (*)(void **)>(fn)(argv.data());
+    }
   }
   std::vector<OutputArray> out;
   for (size_t i = 0; i < m.buffers.size(); ++i) {
@@ -185,9 +274,12 @@ runTyped(const ManifestInfo &m,
 
 } // namespace
 
+std::vector<std::pair<llvm::StringRef, void *>> cac::simulationSymbols() {
+  return {{"cac_sim_barrier", reinterpret_cast<void *>(&simBarrier)}};
+}
+
 llvm::Expected<std::vector<OutputArray>> cac::runCpuKernels(
-    const ManifestInfo &m,
-    llvm::function_ref<void (*(llvm::StringRef))(void **)> lookup,
+    const ManifestInfo &m, llvm::function_ref<void *(llvm::StringRef)> lookup,
     const Batch &batch) {
   if (m.dtype == "f64")
     return runTyped<double>(m, lookup, batch);

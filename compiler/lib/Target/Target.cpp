@@ -145,7 +145,9 @@ LogicalResult cac::emitSharedObject(ModuleOp module, llvm::StringRef soPath) {
 cac::JitKernels::~JitKernels() = default;
 
 FailureOr<std::unique_ptr<cac::JitKernels>>
-cac::JitKernels::create(ModuleOp module) {
+cac::JitKernels::create(
+    ModuleOp module,
+    llvm::ArrayRef<std::pair<llvm::StringRef, void *>> symbols) {
   initNativeTarget();
   registerBuiltinDialectTranslation(*module.getContext());
   registerLLVMDialectTranslation(*module.getContext());
@@ -157,18 +159,27 @@ cac::JitKernels::create(ModuleOp module) {
     module.emitError("JIT compilation failed: ") << msg;
     return failure();
   }
+  if (!symbols.empty())
+    (*engine)->registerSymbols(
+        [symbols](llvm::orc::MangleAndInterner interner) {
+          llvm::orc::SymbolMap map;
+          for (auto [name, addr] : symbols)
+            map[interner(name)] = {llvm::orc::ExecutorAddr::fromPtr(addr),
+                                   llvm::JITSymbolFlags::Exported};
+          return map;
+        });
   auto k = std::unique_ptr<JitKernels>(new JitKernels());
   k->engine = std::move(*engine);
   return k;
 }
 
-cac::JitKernels::KernelFn cac::JitKernels::lookup(llvm::StringRef name) {
+void *cac::JitKernels::lookup(llvm::StringRef name) {
   auto fn = engine->lookup(name);
   if (!fn) {
     llvm::consumeError(fn.takeError());
     return nullptr;
   }
-  return reinterpret_cast<KernelFn>(*fn);
+  return *fn;
 }
 
 LogicalResult cac::writeBundle(llvm::StringRef dir, llvm::StringRef manifest,

@@ -2,7 +2,8 @@
 //
 //   cac compile FILE -o OUT.ptx [--arch sm_90] [--bundle DIR] [--f64]
 //   cac compile FILE --emit=ast|mlir|kernels|llvm|ptx [-o OUT]
-//   cac eval FILE --input batch.json [--param NAME=VALUE]... [--backend cpu|eager]
+//   cac eval FILE --input batch.json [--param NAME=VALUE]...
+//            [--backend cpu|eager|gpu-sim] [--seq-block N] [--seq-items N]
 //
 //===----------------------------------------------------------------------===//
 
@@ -69,9 +70,21 @@ static cl::list<std::string> paramArgs("param",
                                        cl::desc("Set a parameter NAME=VALUE"),
                                        cl::value_desc("name=value"),
                                        cl::cat(cat));
-static cl::opt<std::string> backend("backend",
-                                    cl::desc("eval backend: cpu or eager"),
-                                    cl::init("cpu"), cl::cat(cat));
+static cl::opt<std::string> backend(
+    "backend",
+    cl::desc("eval backend: cpu, eager, or gpu-sim (the GPU kernels' block "
+             "algorithms run by CPU threads, one per GPU thread)"),
+    cl::init("cpu"), cl::cat(cat));
+static cl::opt<int64_t> seqBlock(
+    "seq-block",
+    cl::desc("GPU: threads per block of the block-per-sequence kernels (a "
+             "power of 2 up to 1024; 0: one thread per sequence)"),
+    cl::init(256), cl::cat(cat));
+static cl::opt<int64_t> seqItems(
+    "seq-items",
+    cl::desc("GPU: consecutive tokens per thread in a tile of a "
+             "block-per-sequence kernel (1 to 16)"),
+    cl::init(4), cl::cat(cat));
 static cl::opt<std::string> dtype(
     "dtype", cl::desc("eval precision: f64 (default) or f32"),
     cl::init("f64"), cl::cat(cat));
@@ -148,6 +161,11 @@ llvm::Expected<cac::RunEagerFn> loadEagerPlugin() {
 #endif
 
 int realMain() {
+  if (seqBlock < 0 || seqBlock > 1024 || (seqBlock & (seqBlock - 1)))
+    return fail("--seq-block must be 0 or a power of 2 up to 1024, not " +
+                llvm::Twine(seqBlock));
+  if (seqItems < 1 || seqItems > 16)
+    return fail("--seq-items must be in [1, 16], not " + llvm::Twine(seqItems));
   DialectRegistry registry;
   cac::registerAllDialects(registry);
   MLIRContext ctx(registry);
@@ -212,6 +230,8 @@ int realMain() {
       cpuModule = module->clone();
     cac::CudaOptions opts;
     opts.chip = arch;
+    opts.seqBlock = seqBlock;
+    opts.seqItems = seqItems;
     if (failed(runPipeline(ctx, *module, [&](OpPassManager &pm) {
           cac::buildCudaPipeline(pm, opts);
         })))
@@ -325,8 +345,17 @@ int realMain() {
 #else
       return fail("this build of cac has no eager backend (LibTorch)");
 #endif
-    } else if (backend == "cpu") {
-      if (failed(runPipeline(ctx, *module, cac::buildCpuPipeline)))
+    } else if (backend == "cpu" || backend == "gpu-sim") {
+      bool sim = backend == "gpu-sim";
+      cac::CudaOptions opts;
+      opts.seqBlock = seqBlock;
+      opts.seqItems = seqItems;
+      if (failed(runPipeline(ctx, *module, [&](OpPassManager &pm) {
+            if (sim)
+              cac::buildCudaSimPipeline(pm, opts);
+            else
+              cac::buildCpuPipeline(pm);
+          })))
         return 1;
       auto manifestText = cac::extractManifest(*module);
       if (failed(manifestText))
@@ -334,7 +363,7 @@ int realMain() {
       auto manifest = cac::parseManifest(*manifestText);
       if (!manifest)
         return fail(llvm::toString(manifest.takeError()));
-      auto jit = cac::JitKernels::create(*module);
+      auto jit = cac::JitKernels::create(*module, cac::simulationSymbols());
       if (failed(jit))
         return 1;
       auto r = cac::runCpuKernels(
@@ -344,7 +373,7 @@ int realMain() {
         return fail(llvm::toString(r.takeError()));
       outputs = std::move(*r);
     } else {
-      return fail("--backend must be cpu or eager");
+      return fail("--backend must be cpu, eager or gpu-sim");
     }
     if (auto e = cac::checkSegmentCounts(*batch, outputs))
       return fail(llvm::toString(std::move(e)));

@@ -107,8 +107,11 @@ void CudaModule::launch(int ordinal, size_t i, int64_t numUnits,
   const CudaDriver &d = CudaDriver::get();
   const KernelSpec &k = kernels_[i];
   const int64_t block = k.block;
+  // One thread per unit, or one block per unit (docs/bundle.md).
+  const int64_t unitsPerBlock = k.perBlock ? 1 : block;
   // gridDim.x is at most 2^31-1; larger grids go as several launches.
-  const int64_t maxUnits = int64_t(std::numeric_limits<int32_t>::max()) * block;
+  const int64_t maxUnits =
+      int64_t(std::numeric_limits<int32_t>::max()) * unitsPerBlock;
 
   ScopedContext scope(l.ctx);
   std::vector<void *> local(params, params + numParams);
@@ -116,8 +119,8 @@ void CudaModule::launch(int ordinal, size_t i, int64_t numUnits,
     int64_t range[2] = {begin, std::min(numUnits, begin + maxUnits)};
     local[0] = &range[0];
     local[1] = &range[1];
-    unsigned grid =
-        static_cast<unsigned>((range[1] - range[0] + block - 1) / block);
+    unsigned grid = static_cast<unsigned>(
+        (range[1] - range[0] + unitsPerBlock - 1) / unitsPerBlock);
     d.check(d.cuLaunchKernel(
                 l.functions[i], grid, 1, 1, static_cast<unsigned>(block), 1, 1,
                 0, static_cast<cu::Stream>(stream), local.data(), nullptr),

@@ -491,6 +491,12 @@ Manifest Manifest::parse(const std::string &text, const std::string &origin) {
                "expected an integer in [1, 1024], got " + b->dump());
       spec.block = b->get<int>();
     }
+    if (auto u = k.find("unit"); u != k.end() && !u->is_null()) {
+      if (!u->is_string() || (*u != "thread" && *u != "block"))
+        r.fail(field + ".unit",
+               "expected \"thread\" or \"block\", got " + u->dump());
+      spec.perBlock = *u == "block";
+    }
     if (spec.grid == Grid::Node && !m.needsTree)
       r.fail(field + ".grid",
              "kernel '" + spec.name +

@@ -48,6 +48,7 @@ TEST(Manifest, ParsesTheDocumentedFields) {
   EXPECT_EQ(m.kernels[0].name, "gmean_k0");
   EXPECT_EQ(m.kernels[0].grid, Grid::Group);
   EXPECT_EQ(m.kernels[0].block, 32);
+  EXPECT_FALSE(m.kernels[0].perBlock);
   EXPECT_EQ(m.kernels[1].grid, Grid::Seq);
   EXPECT_EQ(m.bufferNames(BufferRole::Output),
             (std::vector<std::string>{"adv", "gsize"}));
@@ -163,6 +164,15 @@ TEST(Manifest, ErrorsNameTheFileAndField) {
   j = discManifest();
   j["kernels"][0]["block"] = 0;
   EXPECT_ERROR(j, "kernels[0].block: expected an integer in [1, 1024], got 0");
+
+  j = discManifest();
+  j["kernels"][0]["unit"] = "warp";
+  EXPECT_ERROR(j, "kernels[0].unit: expected \"thread\" or \"block\", got \"warp\"");
+
+  j = discManifest();
+  j["kernels"][0]["unit"] = "block";
+  j["kernels"][0]["block"] = 256;
+  EXPECT_TRUE(Manifest::parse(j.dump(), "m.json").kernels[0].perBlock);
 
   j = discManifest();
   j["kernels"] = json::array();

@@ -16,14 +16,28 @@ def CacLowerKernels : Pass<"cac-lower-kernels", "::mlir::ModuleOp"> {
     reverse loop per sequence. With `target=cpu` each kernel is a `func.func
     @NAME(%params: !llvm.ptr)` that reads its arguments from a void** array
     and loops over `[unit_begin, unit_end)`; with `target=cuda` it is a
-    `gpu.func` kernel in a `gpu.module` with one thread per unit. The module
-    gets a `cac.manifest` attribute: the JSON manifest of the bundle.
+    `gpu.func` kernel in a `gpu.module`: `seq` kernels run one block of
+    `seq-block` threads per sequence (tiles of `seq-block * seq-items`
+    tokens, scans as block-wide parallel scans of their affine steps,
+    reductions as block-wide trees; `seq-block=0` keeps one thread per
+    sequence), `group` and `node` kernels one thread per unit. With
+    `target=cuda-sim` the block kernels are CPU functions
+    `@NAME(%params, %tid, %shared, %barrier)` that OS threads run together,
+    meeting at `cac_sim_barrier` (`cac eval --backend gpu-sim`), so the GPU's
+    block algorithms are tested without a GPU. The module gets a
+    `cac.manifest` attribute: the JSON manifest of the bundle.
   }];
   let options = [
     Option<"target", "target", "std::string", /*default=*/"\"cpu\"",
-           "cpu or cuda">,
+           "cpu, cuda or cuda-sim">,
     Option<"blockSize", "block-size", "int64_t", /*default=*/"128",
-           "threads per block for CUDA kernels">,
+           "threads per block for CUDA kernels with one thread per unit">,
+    Option<"seqBlock", "seq-block", "int64_t", /*default=*/"256",
+           "threads per block of the block-per-sequence seq kernels (a "
+           "power of 2 up to 1024; 0: one thread per sequence)">,
+    Option<"seqItems", "seq-items", "int64_t", /*default=*/"4",
+           "consecutive tokens per thread in a tile of a block-per-sequence "
+           "kernel (1 to 16)">,
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::func::FuncDialect",

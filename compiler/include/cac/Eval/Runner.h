@@ -27,6 +27,9 @@ struct ManifestInfo {
   struct KernelInfo {
     std::string name, grid;
     int64_t block = 128;
+    /// "unit": "block": one block of `block` threads per unit (the GPU's
+    /// seq kernels); otherwise one thread per unit.
+    bool perBlock = false;
   };
   std::vector<KernelInfo> kernels;
   std::vector<std::pair<std::string, std::string>> args; ///< name, kind
@@ -38,12 +41,20 @@ struct ManifestInfo {
 llvm::Expected<ManifestInfo> parseManifest(llvm::StringRef json);
 
 /// Runs the kernels of a manifest on a batch through `lookup`, which maps a
-/// kernel name to its `void(void**)` entry. Returns the outputs in manifest
-/// order. Checks that every input of the manifest is in the batch.
+/// kernel name to its entry: `void(void**)` for a kernel with one thread per
+/// unit, run over all units; for a block kernel of the GPU simulation
+/// (target cuda-sim), `void(void**, int64_t tid, void *shared, void
+/// *barrier)`, run by `block` threads at once that meet in
+/// `cac_sim_barrier`. Returns the outputs in manifest order. Checks that
+/// every input of the manifest is in the batch, and that the threads of a
+/// block reach the same barriers.
 llvm::Expected<std::vector<OutputArray>>
 runCpuKernels(const ManifestInfo &manifest,
-              llvm::function_ref<void (*(llvm::StringRef))(void **)> lookup,
+              llvm::function_ref<void *(llvm::StringRef)> lookup,
               const Batch &batch);
+
+/// The host functions that simulated block kernels call, for the JIT.
+std::vector<std::pair<llvm::StringRef, void *>> simulationSymbols();
 
 } // namespace cac
 

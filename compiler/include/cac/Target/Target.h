@@ -36,12 +36,14 @@ mlir::LogicalResult emitSharedObject(mlir::ModuleOp module,
 class JitKernels {
 public:
   ~JitKernels();
-  /// Compiles an LLVM-dialect module at -O3.
+  /// Compiles an LLVM-dialect module at -O3. `symbols` are the host
+  /// functions the module may call (the simulation's barrier).
   static mlir::FailureOr<std::unique_ptr<JitKernels>>
-  create(mlir::ModuleOp module);
-  /// The entry `void name(void**)`, or null.
-  using KernelFn = void (*)(void **);
-  KernelFn lookup(llvm::StringRef name);
+  create(mlir::ModuleOp module,
+         llvm::ArrayRef<std::pair<llvm::StringRef, void *>> symbols = {});
+  /// The entry of kernel `name` (`void name(void**)`, or the simulation's
+  /// block entry), or null.
+  void *lookup(llvm::StringRef name);
 
 private:
   std::unique_ptr<mlir::ExecutionEngine> engine;

@@ -104,6 +104,11 @@ struct KernelSpec {
   std::string name;
   Grid grid = Grid::Seq;
   int block = 128; ///< CUDA threads per block
+  /// "unit": "block": on the GPU one block of `block` threads per unit
+  /// (grid = units); otherwise ("thread", the default) one thread per unit
+  /// (grid = ceil(units / block)). A bundle's CPU code always runs units one
+  /// after the other.
+  bool perBlock = false;
 };
 
 /// The parsed manifest.json.
