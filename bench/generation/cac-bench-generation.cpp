@@ -26,6 +26,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "../common/BenchCommon.h"
 #include "cac/Runtime/Model/Config.h"
 #include "cac/Runtime/Model/CpuKernels.h"
 #include "cac/Runtime/Model/Generation.h"
@@ -44,18 +45,9 @@
 #include <vector>
 
 using namespace cac::rt;
+using cac::bench::split;
 
 namespace {
-
-std::vector<std::string> split(const std::string &s, char sep) {
-  std::vector<std::string> out;
-  std::stringstream ss(s);
-  std::string item;
-  while (std::getline(ss, item, sep))
-    if (!item.empty())
-      out.push_back(item);
-  return out;
-}
 
 /// The model shapes of the table (see the file comment).
 ModelConfig modelConfig(const std::string &name) {

@@ -655,7 +655,8 @@ private:
       prepareOuter(o, seen);
   }
 
-  void emitLoop(Loop &l) {
+  /// The seq-level values the items of a loop read, computed before it.
+  void prepareLoopOuter(Loop &l) {
     DenseSet<Value> seen;
     for (Item &it : l.items) {
       if (it.kind == Item::Store)
@@ -664,6 +665,10 @@ private:
         for (Value o : it.op->getOperands())
           prepareOuter(o, seen);
     }
+  }
+
+  void emitLoop(Loop &l) {
+    prepareLoopOuter(l);
     // A rank reads its whole sequence: it is sorted before the loop, whose
     // items then read the stored ranks.
     for (Item &it : l.items)
@@ -776,14 +781,7 @@ private:
   /// x = 0), as no reduction and store nothing. Every barrier is reached by
   /// all threads of the block: trip counts depend on the sequence only.
   void emitBlockLoop(Loop &l) {
-    DenseSet<Value> seen;
-    for (Item &it : l.items) {
-      if (it.kind == Item::Store)
-        prepareOuter(it.value, seen);
-      else
-        for (Value o : it.op->getOperands())
-          prepareOuter(o, seen);
-    }
+    prepareLoopOuter(l);
     // A rank reads its whole sequence: thread 0 sorts it before the loop.
     bool hasRank = llvm::any_of(
         l.items, [](const Item &it) { return it.kind == Item::Rank; });

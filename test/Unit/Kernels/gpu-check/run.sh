@@ -1,8 +1,17 @@
 #!/bin/bash
 # On the GPU machine, from the repository root, with .gpu-deps/ from stage.sh:
 # builds cac_runtime_kernels against the CUDA LibTorch of `python3` and runs
-# its tests, CUDA ones included. Logs go to $OUT (or /tmp) when set.
+# its tests, CUDA ones included (arguments go to the test binary). Logs go to
+# $OUT (or /tmp) when set.
+#   run.sh --bench [ARGS]   instead builds bench/gpu/cac-bench-gpu and runs it
+#                           on the staged .gpu-deps/bench-bundles (ARGS go to
+#                           it, e.g. --shapes 4096x4096 --iters 50)
 set -uo pipefail
+bench=0
+if [ "${1:-}" = --bench ]; then
+  bench=1
+  shift
+fi
 out=${OUT:-/tmp}
 py=$(command -v python3)
 prefix=$($py -c "import torch; print(torch.utils.cmake_prefix_path)")
@@ -17,9 +26,17 @@ cmake -S test/Unit/Kernels/gpu-check -B "$build" -G Ninja \
   -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
   >"$out/configure.log" 2>&1 || { tail -60 "$out/configure.log"; exit 1; }
 grep "cac_runtime_kernels" "$out/configure.log"
-ninja -C "$build" cac-runtime-kernels-tests >"$out/build.log" 2>&1 ||
+target=cac-runtime-kernels-tests
+[ $bench = 1 ] && target=cac-bench-gpu
+ninja -C "$build" $target >"$out/build.log" 2>&1 ||
   { grep -A12 "error" "$out/build.log" | head -80; exit 1; }
 export LD_LIBRARY_PATH=$torchlib:${LD_LIBRARY_PATH:-}
+if [ $bench = 1 ]; then
+  nvidia-smi --query-gpu=name,memory.total,clocks.max.memory --format=csv,noheader || true
+  "$build/bench-gpu/cac-bench-gpu" --bundles "$PWD/.gpu-deps/bench-bundles" "$@" |
+    tee "$out/bench-gpu.md"
+  exit "${PIPESTATUS[0]}"
+fi
 "$build/kernels-tests/cac-runtime-kernels-tests" "$@" >"$out/tests.log" 2>&1
 rc=$?
 grep -v '^\[       OK\|^\[ RUN' "$out/tests.log" | tail -40

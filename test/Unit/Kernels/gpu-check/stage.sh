@@ -11,13 +11,23 @@ rm -rf "$deps"
 mkdir -p "$deps/include"
 cp -r /usr/src/googletest "$deps/googletest"
 cp -r /usr/include/nlohmann "$deps/include/"
-# Bundles of the stdlib estimators, when a compiler build is at hand (the GPU
-# machine has no MLIR to make them): StdlibBundle tests run them there.
+# Bundles of the stdlib, when a compiler build is at hand (the GPU machine has
+# no MLIR to make them): the StdlibBundle tests run every one of them there
+# (EveryMethodCudaMatchesCpu: GPU against host.so), grpo's also trains in
+# runtime/tools/cac-run/gpu-check/run.sh. bench-bundles/ holds what
+# `run.sh --bench` measures: the methods with seq kernels, and for those verl
+# has a loop for (and SAE) the one-thread-per-sequence form too (NAME-thread,
+# --seq-block 0), to measure the two lowerings in one run.
 cac=${CAC:-$repo/build/bin/cac}
 if [ -x "$cac" ]; then
-  for m in gae grpo; do  # grpo: also runtime/tools/cac-run/gpu-check/run.sh
-    "$cac" compile --bundle "$deps/stdlib-bundles/$m" \
-      -o "$deps/stdlib-bundles/$m.ptx" "$repo/stdlib/$m.cac"
+  for f in "$repo"/stdlib/*.cac; do
+    m=$(basename "$f" .cac)
+    "$cac" compile --bundle "$deps/stdlib-bundles/$m" -o /dev/null "$f"
+  done
+  for m in gae sae grpo gae_dense rloo; do
+    "$cac" compile --bundle "$deps/bench-bundles/$m" -o /dev/null "$repo/stdlib/$m.cac"
+    "$cac" compile --seq-block 0 --bundle "$deps/bench-bundles/$m-thread" \
+      -o /dev/null "$repo/stdlib/$m.cac"
   done
 fi
 echo "staged $(du -sh "$deps" | cut -f1) in $deps"

@@ -1,0 +1,201 @@
+//===- cac-bench-gpu.cpp - Compiled GPU kernels vs verl's loops -----------===//
+//
+// cac-bench-gpu --bundles DIR [--methods gae,sae,grpo] [--shapes 4096x4096,..]
+//               [--iters K] [--device cuda|cpu]
+//
+// For each method and batch shape B x T (every sequence T tokens long, groups
+// of 8 sequences), measured in one run on one device:
+//   block    DIR/NAME, the bundle as `cac compile --bundle` writes it: its seq
+//            kernels run one block per sequence (docs/pipeline.md);
+//   thread   DIR/NAME-thread when present (`cac compile --seq-block 0`): one
+//            thread per sequence, the lowering before 2026-11-25;
+//   loop     verl's loop for the methods verl has (gae, gae_dense:
+//            compute_gae_advantage_return, one column operation per token;
+//            grpo, rloo: per-sample loops over the group scores), on the
+//            same device; from C++, so without Python's per-call overhead;
+// their ratios, the bytes of inputs and outputs per token, the block
+// kernels' throughput against the device's copy bandwidth measured by the
+// same program, and the largest difference of the device's outputs from the
+// bundle's host.so on the CPU (and of verl's advantage from the kernels').
+// Times are medians over --iters runs of BundleEstimator::run (what cac-run
+// calls: inputs already on the device, one launch per kernel), synchronized
+// before and after. Prints a Markdown table for docs/benchmarks.md. A
+// benchmark, not a test; `--device cpu` runs the same program on the CPU
+// (host.so against itself) to check the program without a GPU.
+//
+// bench/gpu/run.sh compiles the bundles (on a machine with the compiler) and
+// runs it; test/Unit/Kernels/gpu-check/ builds it on a GPU machine.
+//
+//===----------------------------------------------------------------------===//
+
+#include "../common/BenchCommon.h"
+#include "cac/Runtime/Kernels/Bundle.h"
+
+#include <torch/cuda.h>
+
+#include <cstdio>
+#include <optional>
+#include <sys/stat.h>
+
+using namespace cac::rt;
+using namespace cac::bench;
+
+namespace {
+
+bool isDir(const std::string &path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/// The largest |a - b| over the outputs both maps have.
+double maxDiff(const TensorMap &a, const TensorMap &b) {
+  double d = 0.0;
+  for (const auto &[k, v] : a) {
+    auto it = b.find(k);
+    if (it == b.end() || it->second.numel() != v.numel())
+      continue;
+    d = std::max(d, (v.to(at::kCPU, at::kDouble) -
+                     it->second.to(at::kCPU, at::kDouble))
+                        .abs()
+                        .max()
+                        .item<double>());
+  }
+  return d;
+}
+
+std::string fmt(const char *f, double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, x);
+  return buf;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  std::string bundlesDir, deviceName = "cuda";
+  CommonOptions o;
+  o.methods = {"gae", "sae", "grpo", "gae_dense", "rloo"};
+  o.shapes = {{4096, 4096}, {256, 8192}, {256, 4096}};
+  o.iters = 20;
+  bool ok = parseArgs(argc, argv, o, [&](const std::string &a,
+                                         const std::string &v) {
+    if (a == "--bundles")
+      bundlesDir = v;
+    else if (a == "--device")
+      deviceName = v;
+    else
+      return false;
+    return true;
+  });
+  if (!ok)
+    return 2;
+  const std::vector<std::string> &methods = o.methods;
+  const std::vector<Shape> &shapes = o.shapes;
+  const int iters = o.iters;
+  if (bundlesDir.empty() || (deviceName != "cuda" && deviceName != "cpu")) {
+    std::fprintf(stderr,
+                 "usage: cac-bench-gpu --bundles DIR [--methods a,b] "
+                 "[--shapes BxT,..] [--iters K] [--device cuda|cpu]\n"
+                 "(bench/gpu/run.sh compiles the bundles and runs it)\n");
+    return 2;
+  }
+  const bool cuda = deviceName == "cuda";
+  if (cuda && !torch::cuda::is_available()) {
+    std::fprintf(stderr, "cac-bench-gpu: LibTorch sees no CUDA device (this "
+                         "LibTorch is CPU-only or no GPU is present); "
+                         "--device cpu runs the program on the CPU\n");
+    return 1;
+  }
+  const at::Device device = cuda ? at::Device(at::kCUDA, 0) : at::kCPU;
+  std::function<void()> sync;
+  if (cuda)
+    sync = [] { torch::cuda::synchronize(); };
+  const at::TensorOptions onDevice = at::TensorOptions().device(device);
+
+  double bw = copyBandwidth(iters, onDevice, sync);
+  std::printf("device %s: copy bandwidth %.0f GB/s (read + write, 256 MiB)\n\n",
+              device.str().c_str(), bw / 1e9);
+  std::printf("| method | B x T | kernels | block ms | thread ms | loop ms | "
+              "thread / block | loop / block | bytes/token | block GB/s | "
+              "of copy bw | max diff vs CPU |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | "
+              "--- | --- |\n");
+
+  for (const std::string &name : methods) {
+    BundleEstimator est = BundleEstimator::load(bundlesDir + "/" + name);
+    std::optional<BundleEstimator> thread;
+    if (isDir(bundlesDir + "/" + name + "-thread"))
+      thread.emplace(BundleEstimator::load(bundlesDir + "/" + name + "-thread"));
+    const Manifest &m = est.manifest();
+    if (m.needsTree) {
+      std::printf("| %s | (needs a rollout tree: not benchmarked here) |\n",
+                  name.c_str());
+      continue;
+    }
+    for (Shape sh : shapes) {
+      const int64_t B = sh.B, T = sh.T, N = B * T, G = (B + 7) / 8;
+      std::mt19937_64 rng(1234);
+      PackedBatch cpuBatch =
+          PackedBatch::fromLengths(std::vector<int64_t>(size_t(B), T));
+      cpuBatch.setGroups(at::arange(B, at::kLong).div(8, "floor"));
+      PackedBatch batch = cpuBatch.to(device);
+      ParamMap params;
+      for (const ParamSpec &ps : m.params)
+        if (!ps.defaultValue)
+          params[ps.name] = ps.name == "lambda" ? 0.95 : 1.0;
+      TensorMap cpuInputs, inputs;
+      for (const BufferSpec &bs : m.buffers) {
+        if (bs.role != BufferRole::Input)
+          continue;
+        bool perToken = bs.domain == Domain::Token || bs.domain == Domain::Seg;
+        std::vector<double> v = randomInput(bs, perToken ? N : B, rng);
+        cpuInputs[bs.name] = at::tensor(v, at::kDouble).to(at::kFloat);
+        inputs[bs.name] = cpuInputs[bs.name].to(device);
+      }
+
+      TensorMap out;
+      double blockMs = medianMs(
+          iters, [&] { out = est.run(inputs, batch, params); }, sync);
+      // Agreement with the bundle's CPU code (host.so).
+      TensorMap cpuOut = est.run(cpuInputs, cpuBatch, params);
+      double diff = maxDiff(out, cpuOut);
+
+      std::string threadMs = "—", threadRatio = "—";
+      if (thread) {
+        TensorMap tout;
+        double ms = medianMs(
+            iters, [&] { tout = thread->run(inputs, batch, params); }, sync);
+        diff = std::max(diff, maxDiff(tout, cpuOut));
+        threadMs = fmt("%.3f", ms);
+        threadRatio = fmt("%.1fx", ms / blockMs);
+      }
+
+      std::string loopMs = "—", loopRatio = "—";
+      if (hasVerlLoop(name)) {
+        at::Tensor loopAdv;
+        double ms = medianMs(
+            std::max(1, iters / 5),
+            [&] { loopAdv = runVerlLoop(name, inputs, B, T); }, sync);
+        // The baseline computes what the kernels compute.
+        diff = std::max(diff, (loopAdv.to(at::kCPU, at::kDouble) -
+                               out.at("adv").to(at::kCPU, at::kDouble))
+                                  .abs()
+                                  .max()
+                                  .item<double>());
+        loopMs = fmt("%.2f", ms);
+        loopRatio = fmt("%.0fx", ms / blockMs);
+      }
+
+      double bytes = ioBytes(m, N, B, G, 0);
+      double gbps = bytes / (blockMs * 1e-3) / 1e9;
+      std::printf("| %s | %lld x %lld | %zu | %.3f | %s | %s | %s | %s | "
+                  "%.1f | %.0f | %.1f%% | %.1e |\n",
+                  name.c_str(), (long long)B, (long long)T, m.kernels.size(),
+                  blockMs, threadMs.c_str(), loopMs.c_str(),
+                  threadRatio.c_str(), loopRatio.c_str(), bytes / double(N),
+                  gbps, 100.0 * gbps * 1e9 / bw, diff);
+      std::fflush(stdout);
+    }
+  }
+  return 0;
+}
