@@ -49,7 +49,7 @@
 using namespace cac::rt;
 using namespace cac::bench;
 
-int main(int argc, char **argv) {
+static int run(int argc, char **argv) {
   std::string stdlibDir = "stdlib", bundlesDir;
   CommonOptions o;
   o.methods = {"gae",  "gae_dense", "sae",       "grpo", "rloo",    "sppo",
@@ -232,4 +232,13 @@ int main(int argc, char **argv) {
     }
   }
   return 0;
+}
+
+int main(int argc, char **argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception &e) { // a missing or malformed bundle
+    std::fprintf(stderr, "%s: %s\n", "cac-bench-cpu", e.what());
+    return 1;
+  }
 }

@@ -1,21 +1,24 @@
 //===- cac-bench-gpu.cpp - Compiled GPU kernels vs verl's loops -----------===//
 //
 // cac-bench-gpu --bundles DIR [--methods gae,sae,grpo] [--shapes 4096x4096,..]
-//               [--iters K] [--device cuda|cpu]
+//               [--iters K] [--device cuda|cpu] [--variants thread,b128,..]
 //
 // For each method and batch shape B x T (every sequence T tokens long, groups
 // of 8 sequences), measured in one run on one device:
-//   block    DIR/NAME, the bundle as `cac compile --bundle` writes it: its seq
-//            kernels run one block per sequence (docs/pipeline.md);
-//   thread   DIR/NAME-thread when present (`cac compile --seq-block 0`): one
-//            thread per sequence, the lowering before 2026-11-25;
+//   default  DIR/NAME, the bundle as `cac compile --bundle` writes it: its seq
+//            kernels run one block of 256 threads per sequence, 4 tokens per
+//            thread in a tile (docs/pipeline.md);
+//   variants DIR/NAME-V for each V of --variants that was staged, one row
+//            each: `thread` (`--seq-block 0`: one thread per sequence, the
+//            lowering before 2026-11-25), `b128`/`b512` (--seq-block),
+//            `i2`/`i8` (--seq-items), to choose the defaults on a GPU;
 //   loop     verl's loop for the methods verl has (gae, gae_dense:
 //            compute_gae_advantage_return, one column operation per token;
 //            grpo, rloo: per-sample loops over the group scores), on the
 //            same device; from C++, so without Python's per-call overhead;
-// their ratios, the bytes of inputs and outputs per token, the block
-// kernels' throughput against the device's copy bandwidth measured by the
-// same program, and the largest difference of the device's outputs from the
+// their ratios, the bytes of inputs and outputs per token, each bundle's
+// throughput against the device's copy bandwidth measured by the same
+// program, and the largest difference of the device's outputs from the
 // bundle's host.so on the CPU (and of verl's advantage from the kernels').
 // Times are medians over --iters runs of BundleEstimator::run (what cac-run
 // calls: inputs already on the device, one launch per kernel), synchronized
@@ -71,8 +74,9 @@ std::string fmt(const char *f, double x) {
 
 } // namespace
 
-int main(int argc, char **argv) {
+static int run(int argc, char **argv) {
   std::string bundlesDir, deviceName = "cuda";
+  std::vector<std::string> variants = {"thread", "b128", "b512", "i2", "i8"};
   CommonOptions o;
   o.methods = {"gae", "sae", "grpo", "gae_dense", "rloo"};
   o.shapes = {{4096, 4096}, {256, 8192}, {256, 4096}};
@@ -83,6 +87,8 @@ int main(int argc, char **argv) {
       bundlesDir = v;
     else if (a == "--device")
       deviceName = v;
+    else if (a == "--variants")
+      variants = split(v, ',');
     else
       return false;
     return true;
@@ -95,7 +101,8 @@ int main(int argc, char **argv) {
   if (bundlesDir.empty() || (deviceName != "cuda" && deviceName != "cpu")) {
     std::fprintf(stderr,
                  "usage: cac-bench-gpu --bundles DIR [--methods a,b] "
-                 "[--shapes BxT,..] [--iters K] [--device cuda|cpu]\n"
+                 "[--shapes BxT,..] [--iters K] [--device cuda|cpu] "
+                 "[--variants thread,b128,..]\n"
                  "(bench/gpu/run.sh compiles the bundles and runs it)\n");
     return 2;
   }
@@ -115,18 +122,22 @@ int main(int argc, char **argv) {
   double bw = copyBandwidth(iters, onDevice, sync);
   std::printf("device %s: copy bandwidth %.0f GB/s (read + write, 256 MiB)\n\n",
               device.str().c_str(), bw / 1e9);
-  std::printf("| method | B x T | kernels | block ms | thread ms | loop ms | "
-              "thread / block | loop / block | bytes/token | block GB/s | "
-              "of copy bw | max diff vs CPU |\n");
+  std::printf("| method | B x T | variant | kernels | ms | vs default | "
+              "loop ms | loop / this | bytes/token | GB/s | of copy bw | "
+              "max diff vs CPU |\n");
   std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | "
               "--- | --- |\n");
 
   for (const std::string &name : methods) {
-    BundleEstimator est = BundleEstimator::load(bundlesDir + "/" + name);
-    std::optional<BundleEstimator> thread;
-    if (isDir(bundlesDir + "/" + name + "-thread"))
-      thread.emplace(BundleEstimator::load(bundlesDir + "/" + name + "-thread"));
-    const Manifest &m = est.manifest();
+    // The default bundle first, then each variant that was staged.
+    std::vector<std::pair<std::string, BundleEstimator>> bundles;
+    bundles.emplace_back("default",
+                         BundleEstimator::load(bundlesDir + "/" + name));
+    for (const std::string &v : variants)
+      if (isDir(bundlesDir + "/" + name + "-" + v))
+        bundles.emplace_back(
+            v, BundleEstimator::load(bundlesDir + "/" + name + "-" + v));
+    const Manifest &m = bundles.front().second.manifest();
     if (m.needsTree) {
       std::printf("| %s | (needs a rollout tree: not benchmarked here) |\n",
                   name.c_str());
@@ -152,50 +163,54 @@ int main(int argc, char **argv) {
         cpuInputs[bs.name] = at::tensor(v, at::kDouble).to(at::kFloat);
         inputs[bs.name] = cpuInputs[bs.name].to(device);
       }
-
-      TensorMap out;
-      double blockMs = medianMs(
-          iters, [&] { out = est.run(inputs, batch, params); }, sync);
       // Agreement with the bundle's CPU code (host.so).
-      TensorMap cpuOut = est.run(cpuInputs, cpuBatch, params);
-      double diff = maxDiff(out, cpuOut);
+      TensorMap cpuOut = bundles.front().second.run(cpuInputs, cpuBatch, params);
 
-      std::string threadMs = "—", threadRatio = "—";
-      if (thread) {
-        TensorMap tout;
-        double ms = medianMs(
-            iters, [&] { tout = thread->run(inputs, batch, params); }, sync);
-        diff = std::max(diff, maxDiff(tout, cpuOut));
-        threadMs = fmt("%.3f", ms);
-        threadRatio = fmt("%.1fx", ms / blockMs);
-      }
-
-      std::string loopMs = "—", loopRatio = "—";
-      if (hasVerlLoop(name)) {
-        at::Tensor loopAdv;
-        double ms = medianMs(
+      std::optional<double> loopMs;
+      at::Tensor loopAdv;
+      if (hasVerlLoop(name))
+        loopMs = medianMs(
             std::max(1, iters / 5),
             [&] { loopAdv = runVerlLoop(name, inputs, B, T); }, sync);
-        // The baseline computes what the kernels compute.
-        diff = std::max(diff, (loopAdv.to(at::kCPU, at::kDouble) -
-                               out.at("adv").to(at::kCPU, at::kDouble))
-                                  .abs()
-                                  .max()
-                                  .item<double>());
-        loopMs = fmt("%.2f", ms);
-        loopRatio = fmt("%.0fx", ms / blockMs);
-      }
 
-      double bytes = ioBytes(m, N, B, G, 0);
-      double gbps = bytes / (blockMs * 1e-3) / 1e9;
-      std::printf("| %s | %lld x %lld | %zu | %.3f | %s | %s | %s | %s | "
-                  "%.1f | %.0f | %.1f%% | %.1e |\n",
-                  name.c_str(), (long long)B, (long long)T, m.kernels.size(),
-                  blockMs, threadMs.c_str(), loopMs.c_str(),
-                  threadRatio.c_str(), loopRatio.c_str(), bytes / double(N),
-                  gbps, 100.0 * gbps * 1e9 / bw, diff);
-      std::fflush(stdout);
+      double defaultMs = 0.0;
+      for (auto &[variant, est] : bundles) {
+        TensorMap out;
+        double ms = medianMs(
+            iters, [&] { out = est.run(inputs, batch, params); }, sync);
+        if (variant == "default")
+          defaultMs = ms;
+        double diff = maxDiff(out, cpuOut);
+        // The baseline computes what the kernels compute.
+        if (loopMs)
+          diff = std::max(diff, (loopAdv.to(at::kCPU, at::kDouble) -
+                                 out.at("adv").to(at::kCPU, at::kDouble))
+                                    .abs()
+                                    .max()
+                                    .item<double>());
+        double bytes = ioBytes(m, N, B, G, 0);
+        double gbps = bytes / (ms * 1e-3) / 1e9;
+        std::printf(
+            "| %s | %lld x %lld | %s | %zu | %.3f | %s | %s | %s | %.1f | "
+            "%.0f | %.1f%% | %.1e |\n",
+            name.c_str(), (long long)B, (long long)T, variant.c_str(),
+            est.manifest().kernels.size(), ms,
+            fmt("%.2fx", ms / defaultMs).c_str(),
+            loopMs ? fmt("%.2f", *loopMs).c_str() : "—",
+            loopMs ? fmt("%.0fx", *loopMs / ms).c_str() : "—",
+            bytes / double(N), gbps, 100.0 * gbps * 1e9 / bw, diff);
+        std::fflush(stdout);
+      }
     }
   }
   return 0;
+}
+
+int main(int argc, char **argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception &e) { // a missing or malformed bundle
+    std::fprintf(stderr, "%s: %s\n", "cac-bench-gpu", e.what());
+    return 1;
+  }
 }

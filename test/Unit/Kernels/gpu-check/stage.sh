@@ -15,19 +15,32 @@ cp -r /usr/include/nlohmann "$deps/include/"
 # no MLIR to make them): the StdlibBundle tests run every one of them there
 # (EveryMethodCudaMatchesCpu: GPU against host.so), grpo's also trains in
 # runtime/tools/cac-run/gpu-check/run.sh. bench-bundles/ holds what
-# `run.sh --bench` measures: the methods with seq kernels, and for those verl
-# has a loop for (and SAE) the one-thread-per-sequence form too (NAME-thread,
-# --seq-block 0), to measure the two lowerings in one run.
+# `run.sh --bench` measures: the methods with seq kernels, each also in the
+# one-thread-per-sequence form (NAME-thread, --seq-block 0), and GAE and SAE
+# with other block shapes (NAME-b128, -b512: threads; NAME-i2, -i8: tokens per
+# thread), all measured in one run.
 cac=${CAC:-$repo/build/bin/cac}
 if [ -x "$cac" ]; then
   for f in "$repo"/stdlib/*.cac; do
     m=$(basename "$f" .cac)
     "$cac" compile --bundle "$deps/stdlib-bundles/$m" -o /dev/null "$f"
   done
-  for m in gae sae grpo gae_dense rloo; do
-    "$cac" compile --bundle "$deps/bench-bundles/$m" -o /dev/null "$repo/stdlib/$m.cac"
-    "$cac" compile --seq-block 0 --bundle "$deps/bench-bundles/$m-thread" \
+  bench() { # NAME VARIANT FLAGS...
+    local m=$1 v=$2
+    shift 2
+    "$cac" compile "$@" --bundle "$deps/bench-bundles/$m${v:+-$v}" \
       -o /dev/null "$repo/stdlib/$m.cac"
+  }
+  for m in gae sae grpo gae_dense rloo; do
+    bench $m ""
+    bench $m thread --seq-block 0
+  done
+  # Block shapes to choose the defaults from (GAE and SAE: the scans).
+  for m in gae sae; do
+    bench $m b128 --seq-block 128
+    bench $m b512 --seq-block 512
+    bench $m i2 --seq-items 2
+    bench $m i8 --seq-items 8
   done
 fi
 echo "staged $(du -sh "$deps" | cut -f1) in $deps"
