@@ -10,6 +10,7 @@
 #define CAC_BENCH_COMMON_H
 
 #include "cac/Runtime/Kernels/Manifest.h"
+#include "cac/Runtime/Kernels/PackedBatch.h"
 
 #include <ATen/ATen.h>
 
@@ -144,6 +145,33 @@ inline double ioBytes(const rt::Manifest &m, int64_t N, int64_t B, int64_t G,
     bytes += double(n) * 4.0;
   }
   return bytes;
+}
+
+/// The benchmarks' rollout tree over B sequences of T tokens in groups of 8:
+/// per group a root owning each member's first half of tokens, and one leaf
+/// per sequence owning the second half (nodes: the G roots, then B leaves).
+struct BenchTree {
+  std::vector<int32_t> nodeParent, tokenNode;
+};
+inline BenchTree benchTree(int64_t B, int64_t T) {
+  const int64_t G = (B + 7) / 8;
+  BenchTree tree;
+  for (int64_t g = 0; g < G; ++g)
+    tree.nodeParent.push_back(-1);
+  for (int64_t b = 0; b < B; ++b)
+    tree.nodeParent.push_back(int32_t(b / 8));
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t t = 0; t < T; ++t)
+      tree.tokenNode.push_back(int32_t(t < T / 2 ? b / 8 : G + b));
+  return tree;
+}
+
+/// Gives `batch` the tree (PackedBatch::setTree takes int64 tensors).
+inline void setBenchTree(rt::PackedBatch &batch, const BenchTree &tree) {
+  batch.setTree(at::tensor(std::vector<int64_t>(tree.nodeParent.begin(),
+                                                tree.nodeParent.end())),
+                at::tensor(std::vector<int64_t>(tree.tokenNode.begin(),
+                                                tree.tokenNode.end())));
 }
 
 /// A random input for a buffer of the manifest, plausible for its name

@@ -132,16 +132,10 @@ static int run(int argc, char **argv) {
       batch.groupOffsets.push_back(int32_t(B));
       for (int64_t b = 0; b < B; ++b)
         batch.groupMembers.push_back(int32_t(b));
-      // Tree: per group a root owning each member's first half, and one leaf
-      // per sequence owning the second half.
+      BenchTree tree = benchTree(B, T);
       batch.numNodes = G + B;
-      for (int64_t g = 0; g < G; ++g)
-        batch.nodeParent.push_back(-1);
-      for (int64_t b = 0; b < B; ++b)
-        batch.nodeParent.push_back(int32_t(b / 8));
-      for (int64_t b = 0; b < B; ++b)
-        for (int64_t t = 0; t < T; ++t)
-          batch.tokenNode.push_back(int32_t(t < T / 2 ? b / 8 : G + b));
+      batch.nodeParent = tree.nodeParent;
+      batch.tokenNode = tree.tokenNode;
       // Required parameters (SAE's lambda) get the papers' usual value.
       ParamMap params;
       for (const ParamSpec &ps : m.params)
@@ -164,11 +158,7 @@ static int run(int argc, char **argv) {
           size_t(B), T));
       pbatch.setGroups(at::arange(B, at::kLong).div(8, "floor"));
       if (m.needsTree)
-        pbatch.setTree(
-            at::tensor(std::vector<int64_t>(batch.nodeParent.begin(),
-                                             batch.nodeParent.end())),
-            at::tensor(std::vector<int64_t>(batch.tokenNode.begin(),
-                                            batch.tokenNode.end())));
+        setBenchTree(pbatch, tree);
 
       cac::PaddedBatch padded = cac::padBatch(batch, torch::kFloat32);
       std::vector<cac::PaddedOutput> eagerOut;

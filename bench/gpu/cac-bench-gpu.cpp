@@ -4,7 +4,8 @@
 //               [--iters K] [--device cuda|cpu] [--variants thread,b128,..]
 //
 // For each method and batch shape B x T (every sequence T tokens long, groups
-// of 8 sequences), measured in one run on one device:
+// of 8 sequences, for tree estimators a root per group and a leaf per
+// sequence), measured in one run on one device:
 //   default  DIR/NAME, the bundle as `cac compile --bundle` writes it: its seq
 //            kernels run one block of 256 threads per sequence, 4 tokens per
 //            thread in a tile (docs/pipeline.md);
@@ -138,17 +139,15 @@ static int run(int argc, char **argv) {
         bundles.emplace_back(
             v, BundleEstimator::load(bundlesDir + "/" + name + "-" + v));
     const Manifest &m = bundles.front().second.manifest();
-    if (m.needsTree) {
-      std::printf("| %s | (needs a rollout tree: not benchmarked here) |\n",
-                  name.c_str());
-      continue;
-    }
     for (Shape sh : shapes) {
       const int64_t B = sh.B, T = sh.T, N = B * T, G = (B + 7) / 8;
       std::mt19937_64 rng(1234);
       PackedBatch cpuBatch =
           PackedBatch::fromLengths(std::vector<int64_t>(size_t(B), T));
       cpuBatch.setGroups(at::arange(B, at::kLong).div(8, "floor"));
+      // Tree estimators: per group a root and a leaf per sequence.
+      if (m.needsTree)
+        setBenchTree(cpuBatch, benchTree(B, T));
       PackedBatch batch = cpuBatch.to(device);
       ParamMap params;
       for (const ParamSpec &ps : m.params)
@@ -188,7 +187,7 @@ static int run(int argc, char **argv) {
                                     .abs()
                                     .max()
                                     .item<double>());
-        double bytes = ioBytes(m, N, B, G, 0);
+        double bytes = ioBytes(m, N, B, G, m.needsTree ? G + B : 0);
         double gbps = bytes / (ms * 1e-3) / 1e9;
         std::printf(
             "| %s | %lld x %lld | %s | %zu | %.3f | %s | %s | %s | %.1f | "

@@ -31,7 +31,7 @@ if [ -x "$cac" ]; then
     "$cac" compile "$@" --bundle "$deps/bench-bundles/$m${v:+-$v}" \
       -o /dev/null "$repo/stdlib/$m.cac"
   }
-  for m in gae sae grpo gae_dense rloo; do
+  for m in gae sae grpo gae_dense rloo spo_chain sapo spo_tree treeadv; do
     bench $m ""
     bench $m thread --seq-block 0
   done
