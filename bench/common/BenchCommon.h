@@ -22,6 +22,7 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <stdexcept>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -95,6 +96,18 @@ parseArgs(int argc, char **argv, CommonOptions &o,
     }
   }
   return true;
+}
+
+/// Runs a benchmark's `run(argc, argv)`; an exception (a missing or
+/// malformed bundle) ends it with a message naming `program`, status 1.
+inline int mainOf(const char *program, int (*run)(int, char **), int argc,
+                  char **argv) {
+  try {
+    return run(argc, argv);
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "%s: %s\n", program, e.what());
+    return 1;
+  }
 }
 
 /// Median wall time of `fn` in milliseconds over `iters` runs (after one

@@ -225,10 +225,5 @@ static int run(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception &e) { // a missing or malformed bundle
-    std::fprintf(stderr, "%s: %s\n", "cac-bench-cpu", e.what());
-    return 1;
-  }
+  return mainOf("cac-bench-cpu", run, argc, argv);
 }

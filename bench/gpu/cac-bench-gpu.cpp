@@ -206,10 +206,5 @@ static int run(int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-  try {
-    return run(argc, argv);
-  } catch (const std::exception &e) { // a missing or malformed bundle
-    std::fprintf(stderr, "%s: %s\n", "cac-bench-gpu", e.what());
-    return 1;
-  }
+  return mainOf("cac-bench-gpu", run, argc, argv);
 }
