@@ -18,6 +18,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cac/Conversion/Passes.h"
+#include "cac/Conversion/BlockKernels.h"
 #include "cac/Dialect/Cac/IR/CacDialect.h"
 
 #include "mlir/IR/Builders.h"
@@ -427,7 +428,7 @@ struct BlockThreads {
   int64_t size = 0;  ///< threads per block, a power of 2
   int64_t items = 1; ///< consecutive tokens per thread in a tile
   Value tid;         ///< i64 in [0, size)
-  Value shared;      ///< sharedElements(size) elements of the float type
+  Value shared;      ///< blockSharedElements(size) elements of the float type
   std::function<void()> barrier;
   /// The value `v` (a float) of lane `lane - delta` of the warp, or of lane
   /// `lane ^ delta` with `xorMode`; lanes with lane < delta get their own
@@ -437,11 +438,6 @@ struct BlockThreads {
   /// Lanes per warp: 32, or the whole block when it is smaller.
   int64_t warp() const { return std::min<int64_t>(32, size); }
 };
-
-/// The shared-memory elements of a block kernel of `size` threads: the
-/// warps' partials (two arrays of `size`, of which the first size / 32
-/// elements are used), then the simulation's exchange area for shuffles.
-int64_t sharedElements(int64_t size) { return 3 * size; }
 
 class SeqKernelEmitter {
 public:
@@ -746,6 +742,18 @@ private:
     }
   }
 
+  /// Affine steps y -> a*y + b. The step `(la, lb)` after `(ea, eb)`:
+  /// y -> la*(ea*y + eb) + lb.
+  std::pair<Value, Value> affineAfter(Value ea, Value eb, Value la, Value lb) {
+    return {b.create<arith::MulFOp>(e.loc, la, ea),
+            applyAffine(la, lb, eb)};
+  }
+  /// a*y + b.
+  Value applyAffine(Value a, Value bv, Value y) {
+    return b.create<arith::AddFOp>(e.loc, bv,
+                                   b.create<arith::MulFOp>(e.loc, a, y));
+  }
+
   Value isThread0() {
     return b.create<arith::CmpIOp>(e.loc, arith::CmpIPredicate::eq,
                                    threads->tid, e.i64(0));
@@ -772,13 +780,13 @@ private:
   ///     its tokens again from that start and stores y. A barrier follows,
   ///     so later items may read the scan at any token it has reached
   ///     (other offsets are loaded);
-  ///   a reduction accumulates per thread across tiles and is combined by a
-  ///     block-wide tree after the last tile (`first`/`last` are read at the
-  ///     sequence's first/last token instead);
+  ///   a reduction accumulates per thread across tiles and is combined
+  ///     across the block after the last tile (blockReduce; `first`/`last`
+  ///     are read at the sequence's first/last token instead);
   ///   a store evaluates its value and stores it.
   /// Positions past the sequence's end evaluate at its last token (so every
-  /// load stays inside the sequence) and count as the identity (c = 1,
-  /// x = 0), as no reduction and store nothing. Every barrier is reached by
+  /// load stays inside the sequence), count as the identity step (c = 1,
+  /// x = 0), join no reduction and store nothing. Every barrier is reached by
   /// all threads of the block: trip counts depend on the sequence only.
   void emitBlockLoop(Loop &l) {
     prepareLoopOuter(l);
@@ -854,24 +862,19 @@ private:
                 b.create<arith::SelectOp>(e.loc, ins[j], x, e.fconst(0.0)));
             cs.push_back(
                 b.create<arith::SelectOp>(e.loc, ins[j], c, e.fconst(1.0)));
-            bb = b.create<arith::AddFOp>(
-                e.loc, xs[j], b.create<arith::MulFOp>(e.loc, cs[j], bb));
-            a = b.create<arith::MulFOp>(e.loc, cs[j], a);
+            std::tie(a, bb) = affineAfter(a, bb, cs[j], xs[j]);
           }
           auto [exA, exB, totA, totB] = blockScan(a, bb);
           Value prev = forOp.getRegionIterArgs()[carry++];
-          Value y = b.create<arith::AddFOp>(
-              e.loc, exB, b.create<arith::MulFOp>(e.loc, exA, prev));
+          Value y = applyAffine(exA, exB, prev);
           for (int64_t j = 0; j < items; ++j) {
-            y = b.create<arith::AddFOp>(
-                e.loc, xs[j], b.create<arith::MulFOp>(e.loc, cs[j], y));
+            y = applyAffine(cs[j], xs[j], y);
             Value yj = y;
             IndexOps(e).when(ins[j],
                              [&] { e.storeBuffer(it.buffer, yj, ts[j]); });
             tokenMemo[{scan.getResult(), ts[j]}] = yj;
           }
-          yields.push_back(b.create<arith::AddFOp>(
-              e.loc, totB, b.create<arith::MulFOp>(e.loc, totA, prev)));
+          yields.push_back(applyAffine(totA, totB, prev));
           threads->barrier();
           break;
         }
@@ -955,20 +958,12 @@ private:
     Value tid = threads->tid;
     Value lane = b.create<arith::RemSIOp>(e.loc, tid, e.i64(w));
     Value warp = b.create<arith::DivSIOp>(e.loc, tid, e.i64(w));
-    auto compose = [&](Value ea, Value eb, Value la, Value lb) {
-      // (la, lb) after (ea, eb): y -> la*(ea*y + eb) + lb.
-      return std::make_pair(
-          b.create<arith::MulFOp>(e.loc, la, ea).getResult(),
-          b.create<arith::AddFOp>(e.loc, lb,
-                                  b.create<arith::MulFOp>(e.loc, la, eb))
-              .getResult());
-    };
     for (int64_t d = 1; d < w; d *= 2) {
       Value a0 = threads->shuffle(a, d, false);
       Value b0 = threads->shuffle(bv, d, false);
       Value has = b.create<arith::CmpIOp>(e.loc, arith::CmpIPredicate::sge,
                                           lane, e.i64(d));
-      auto [na, nb] = compose(a0, b0, a, bv);
+      auto [na, nb] = affineAfter(a0, b0, a, bv);
       a = b.create<arith::SelectOp>(e.loc, has, na, a);
       bv = b.create<arith::SelectOp>(e.loc, has, nb, bv);
     }
@@ -991,7 +986,7 @@ private:
     Value ta = wa, tb = wb;
     for (int64_t k = 0; k < warps; ++k) {
       Value ka = loadShared(e.i64(k)), kb = loadShared(e.i64(size + k));
-      auto [na, nb] = compose(ta, tb, ka, kb);
+      auto [na, nb] = affineAfter(ta, tb, ka, kb);
       ta = na;
       tb = nb;
       if (k + 1 == warps)
@@ -1002,7 +997,7 @@ private:
       wa = b.create<arith::SelectOp>(e.loc, before, ta, wa);
       wb = b.create<arith::SelectOp>(e.loc, before, tb, wb);
     }
-    auto [xa, xb] = compose(wa, wb, exA, exB);
+    auto [xa, xb] = affineAfter(wa, wb, exA, exB);
     return {xa, xb, ta, tb};
   }
 
@@ -2089,7 +2084,7 @@ struct LowerKernelsPass
                                          Value unit, const BlockThreads *)>;
 
   static constexpr const char *kSharedName = "cac_shared";
-  static constexpr const char *kSimBarrier = "cac_sim_barrier";
+  static constexpr const char *kSimBarrier = cac::kSimBarrierSymbol;
 
   /// What block kernels use: on the GPU a shared-memory array in the
   /// gpu.module; in the simulation the barrier function's declaration.
@@ -2099,7 +2094,7 @@ struct LowerKernelsPass
     if (gpuModule) {
       OpBuilder b = OpBuilder::atBlockBegin(gpuModule.getBody());
       auto arrTy = LLVM::LLVMArrayType::get(
-          ft, uint64_t(sharedElements(seqBlock)));
+          ft, uint64_t(cac::blockSharedElements(seqBlock)));
       auto g = b.create<LLVM::GlobalOp>(loc, arrTy, /*isConstant=*/false,
                                         LLVM::Linkage::Internal, kSharedName,
                                         Attribute(), /*alignment=*/16,

@@ -1,6 +1,7 @@
 //===- Runner.cpp - Run compiled CPU kernels on a batch -------------------===//
 
 #include "cac/Eval/Runner.h"
+#include "cac/Conversion/BlockKernels.h"
 
 #include "llvm/Support/JSON.h"
 
@@ -133,9 +134,8 @@ using BlockFn = void (*)(void **, int64_t, void *, void *);
 llvm::Error simulateBlocks(const ManifestInfo::KernelInfo &k, BlockFn fn,
                            void **argv) {
   SimBarrier barrier(k.block);
-  // The shared memory of the block: 3 * block elements of at most 8 bytes
-  // (the lowering's sharedElements).
-  std::vector<double> shared(size_t(3 * k.block));
+  // The shared memory of the block, in elements of at most 8 bytes.
+  std::vector<double> shared(size_t(blockSharedElements(k.block)));
   std::vector<std::thread> threads;
   threads.reserve(size_t(k.block));
   for (int64_t tid = 0; tid < k.block; ++tid)
@@ -275,7 +275,7 @@ runTyped(const ManifestInfo &m,
 } // namespace
 
 std::vector<std::pair<llvm::StringRef, void *>> cac::simulationSymbols() {
-  return {{"cac_sim_barrier", reinterpret_cast<void *>(&simBarrier)}};
+  return {{kSimBarrierSymbol, reinterpret_cast<void *>(&simBarrier)}};
 }
 
 llvm::Expected<std::vector<OutputArray>> cac::runCpuKernels(
