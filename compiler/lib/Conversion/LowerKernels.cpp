@@ -1875,14 +1875,13 @@ struct LowerKernelsPass
           << target << "'";
       return signalPassFailure();
     }
-    if (seqBlock != 0 &&
-        (seqBlock < 1 || seqBlock > 1024 || (seqBlock & (seqBlock - 1)))) {
+    if (!cac::isValidSeqBlock(seqBlock)) {
       module.emitError("cac-lower-kernels: seq-block must be 0 or a power "
                        "of 2 up to 1024, not ")
           << seqBlock.getValue();
       return signalPassFailure();
     }
-    if (seqItems < 1 || seqItems > 16) {
+    if (!cac::isValidSeqItems(seqItems)) {
       module.emitError("cac-lower-kernels: seq-items must be in [1, 16], not ")
           << seqItems.getValue();
       return signalPassFailure();

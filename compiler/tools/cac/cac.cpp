@@ -7,6 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "cac/Conversion/BlockKernels.h"
 #include "cac/DSL/AST.h"
 #include "cac/Driver/Driver.h"
 #include "cac/Eval/Batch.h"
@@ -161,10 +162,10 @@ llvm::Expected<cac::RunEagerFn> loadEagerPlugin() {
 #endif
 
 int realMain() {
-  if (seqBlock < 0 || seqBlock > 1024 || (seqBlock & (seqBlock - 1)))
+  if (!cac::isValidSeqBlock(seqBlock))
     return fail("--seq-block must be 0 or a power of 2 up to 1024, not " +
                 llvm::Twine(seqBlock));
-  if (seqItems < 1 || seqItems > 16)
+  if (!cac::isValidSeqItems(seqItems))
     return fail("--seq-items must be in [1, 16], not " + llvm::Twine(seqItems));
   DialectRegistry registry;
   cac::registerAllDialects(registry);

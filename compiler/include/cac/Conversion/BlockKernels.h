@@ -19,6 +19,13 @@ namespace cac {
 /// area for shuffles.
 inline int64_t blockSharedElements(int64_t threads) { return 3 * threads; }
 
+/// `seq-block`: 0 (one thread per sequence) or a power of 2 up to 1024.
+inline bool isValidSeqBlock(int64_t threads) {
+  return threads >= 0 && threads <= 1024 && (threads & (threads - 1)) == 0;
+}
+/// `seq-items`: consecutive tokens per thread in a tile, 1 to 16.
+inline bool isValidSeqItems(int64_t items) { return items >= 1 && items <= 16; }
+
 /// The host function `void(void *barrier)` that simulated block kernels
 /// call at each barrier.
 inline constexpr const char *kSimBarrierSymbol = "cac_sim_barrier";
