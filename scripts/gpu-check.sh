@@ -7,15 +7,18 @@
 #                                            # GoogleTest and nlohmann-json
 #                                            # into .gpu-deps/ (git-ignored)
 # Then on the GPU machine, from the repository root, carrying .gpu-deps:
-#   scripts/gpu-check.sh [tests] [bench] [nccl]     (all three by default)
+#   scripts/gpu-check.sh [tests] [bench] [train]    (all three by default)
 #     tests  the runtime's kernel tests, CUDA ones included: every stdlib
 #            bundle's PTX against its host.so (StdlibBundle.
 #            EveryMethodCudaMatchesCpu), raw launches, mixed devices
 #     bench  bench/gpu/cac-bench-gpu on the staged bench bundles (block vs
 #            thread-per-sequence kernels and block shapes vs verl's loops,
 #            against the device's copy bandwidth): docs/benchmarks.md
-#     nccl   cac-run built against that LibTorch; a tiny GRPO run with
-#            `--gpus 1` (c10d ProcessGroupNCCL) against `--workers 1` (Gloo)
+#     train  cac-run built against that LibTorch: eight methods' first RL
+#            step on the CPU and on the GPU (same metrics), an SFT + RL run
+#            and --resume on the GPU, and `--gpus 1` (c10d ProcessGroupNCCL)
+#            against it (runtime/tools/cac-run/gpu-check/run.sh; `nccl` is
+#            another name for this step)
 # Each step's logs and output go to $OUT (or /tmp/cac-gpu-check); the exit
 # status is 0 only if every step asked for passed. Each step fits the device
 # tool's 10-minute command limit on 16 cores; run them in separate calls if
@@ -26,7 +29,7 @@ export OUT=${OUT:-/tmp/cac-gpu-check}
 mkdir -p "$OUT"
 [ -d .gpu-deps ] || { echo "no .gpu-deps: run test/Unit/Kernels/gpu-check/stage.sh where the compiler is, and carry .gpu-deps"; exit 1; }
 steps=("$@")
-[ ${#steps[@]} = 0 ] && steps=(tests bench nccl)
+[ ${#steps[@]} = 0 ] && steps=(tests bench train)
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 status=0
 for s in "${steps[@]}"; do
@@ -35,8 +38,8 @@ for s in "${steps[@]}"; do
   tests) test/Unit/Kernels/gpu-check/run.sh || status=1 ;;
   bench) test/Unit/Kernels/gpu-check/run.sh --bench --shapes 4096x4096,256x8192,256x4096 \
            --iters 30 || status=1 ;;
-  nccl) runtime/tools/cac-run/gpu-check/run.sh || status=1 ;;
-  *) echo "unknown step '$s' (tests, bench, nccl)"; status=2 ;;
+  train | nccl) runtime/tools/cac-run/gpu-check/run.sh || status=1 ;;
+  *) echo "unknown step '$s' (tests, bench, train)"; status=2 ;;
   esac
 done
 exit $status

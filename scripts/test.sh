@@ -38,6 +38,18 @@ for backend in cpu eager gpu-sim; do
   python3 test/reference/check_obs.py --cac "$BUILD/bin/cac" --backend "$backend" \
     --seeds 1-3 --cac-arg=--seq-block=32 || status=1
 done
+# The GPU machine's training check (runtime/tools/cac-run/gpu-check/run.sh)
+# on the CPU, so that it keeps working between GPU sessions: eight methods'
+# first RL step resumed from an SFT checkpoint twice (the same metrics), an
+# SFT + RL run and --resume. The bundles it needs, compiled here.
+gpu_deps=$(mktemp -d)
+for m in grpo gae gae_dense sapo sppo spo_chain spo_tree treeadv; do
+  "$BUILD/bin/cac" compile "stdlib/$m.cac" -o /dev/null \
+    --bundle "$gpu_deps/stdlib-bundles/$m" || status=1
+done
+CAC_GPU_DEPS=$gpu_deps CAC_RUN=$BUILD/bin/cac-run DEVICE=cpu NCCL=0 \
+  OUT=$gpu_deps runtime/tools/cac-run/gpu-check/run.sh || status=1
+rm -rf "$gpu_deps"
 # The front end under libFuzzer (test/fuzz/README.md): a clang build of the
 # fuzz target in build-fuzz/ (ASan + UBSan), then CAC_FUZZ_SECONDS (150) of
 # fuzzing from the seed corpus; a crash, sanitizer report or hang fails.

@@ -398,7 +398,8 @@ RolloutBatch sampleForest(const PlanContext &ctx,
       at::Tensor top = std::get<0>(logp.topk(spec.entropyTopK, -1));
       logp = top - top.logsumexp(-1, /*keepdim=*/true);
     }
-    at::Tensor ent = -(logp.exp() * logp).nan_to_num(0.0).sum(-1);
+    at::Tensor ent =
+        -(logp.exp() * logp).nan_to_num(0.0).sum(-1).to(at::kCPU, at::kFloat);
     auto H = ent.accessor<float, 1>();
     std::vector<int64_t> rows, siblings;
     std::vector<RowInfo> next;

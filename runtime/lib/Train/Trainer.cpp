@@ -20,6 +20,7 @@
 #include "cac/Runtime/Train/Rollouts.h"
 #include "cac/Runtime/Train/TwoOperandTask.h"
 
+#include <torch/cuda.h>
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
 
@@ -39,6 +40,31 @@ namespace fs = std::filesystem;
 using nlohmann::json;
 
 namespace cac::rt::train {
+
+std::string checkDevice(const std::string &spec, c10::Device &out) {
+  std::optional<c10::Device> d;
+  try {
+    d.emplace(spec);
+  } catch (const std::exception &) {
+  }
+  if (!d || (!d->is_cpu() && !d->is_cuda()) || (d->is_cpu() && d->has_index()))
+    return "--device expects cpu, cuda or cuda:N, got '" + spec + "'";
+  if (d->is_cuda()) {
+    if (!torch::cuda::is_available())
+      return "--device " + spec +
+             ": this LibTorch sees no CUDA device (Debian's libtorch is "
+             "CPU-only; build cac-run against a CUDA LibTorch on a GPU "
+             "machine, docs/training.md)";
+    int64_t n = static_cast<int64_t>(torch::cuda::device_count());
+    if (d->has_index() && d->index() >= n)
+      return "--device " + spec + ": this machine has " + std::to_string(n) +
+             " CUDA device" + (n == 1 ? "" : "s");
+    if (!d->has_index())
+      d.emplace(c10::kCUDA, 0);
+  }
+  out = *d;
+  return {};
+}
 
 double scheduleFactor(const ScheduleSpec &s, int64_t step, int64_t total) {
   if (s.warmup > 0 && step < s.warmup)
@@ -78,7 +104,8 @@ struct Padded {
   int64_t numTokens = 0;
 };
 
-Padded padRollouts(const std::vector<const Rollout *> &rows, int64_t padId) {
+Padded padRollouts(const std::vector<const Rollout *> &rows, int64_t padId,
+                   at::Device device) {
   int64_t b = static_cast<int64_t>(rows.size());
   int64_t L = 2, Tmax = 1;
   for (const Rollout *r : rows) {
@@ -100,11 +127,11 @@ Padded padRollouts(const std::vector<const Rollout *> &rows, int64_t padId) {
     }
   }
   Padded p;
-  p.ids = at::tensor(ids, at::kLong).view({b, L});
-  p.mask = at::tensor(mask, at::kByte).view({b, L}).to(at::kBool);
-  p.pos = at::tensor(pos, at::kLong).view({b, Tmax});
-  p.resp = at::tensor(resp, at::kByte).view({b, Tmax}).to(at::kBool);
-  p.tokenSeq = at::tensor(seq, at::kLong);
+  p.ids = at::tensor(ids, at::kLong).view({b, L}).to(device);
+  p.mask = at::tensor(mask, at::kByte).view({b, L}).to(device, at::kBool);
+  p.pos = at::tensor(pos, at::kLong).view({b, Tmax}).to(device);
+  p.resp = at::tensor(resp, at::kByte).view({b, Tmax}).to(device, at::kBool);
+  p.tokenSeq = at::tensor(seq, at::kLong).to(device);
   p.numTokens = static_cast<int64_t>(seq.size());
   return p;
 }
@@ -114,11 +141,20 @@ at::Tensor gatherResponse(const at::Tensor &perPos, const Padded &p) {
   return perPos.gather(1, p.pos).masked_select(p.resp);
 }
 
-at::Tensor packFloats(const std::vector<const std::vector<float> *> &rows) {
+at::Tensor packFloats(const std::vector<const std::vector<float> *> &rows,
+                      at::Device device) {
   std::vector<float> all;
   for (const auto *r : rows)
     all.insert(all.end(), r->begin(), r->end());
-  return at::tensor(all, at::kFloat);
+  return at::tensor(all, at::kFloat).to(device);
+}
+
+/// A host copy of \p t as floats (for the loops that read it element by
+/// element).
+std::vector<float> hostFloats(const at::Tensor &t) {
+  at::Tensor c = t.to(at::kCPU, at::kFloat).contiguous();
+  return std::vector<float>(c.data_ptr<float>(),
+                            c.data_ptr<float>() + c.numel());
 }
 
 /// Runs `argv` and waits; returns the exit status (127: could not start).
@@ -204,6 +240,14 @@ struct Trainer::Impl {
 
   int64_t eosId = -1, padId = 0;
 
+  /// Where the models, batches, estimator and update run (TrainerOptions).
+  at::Device device() const { return opts.device; }
+  /// A host vector as a tensor on the run's device.
+  template <typename T>
+  at::Tensor onDevice(const std::vector<T> &v, at::ScalarType type) const {
+    return at::tensor(v, type).to(device());
+  }
+
   // --- data parallelism (docs/training.md) -------------------------------
 
   Communicator *dist() const { return opts.dist; }
@@ -250,7 +294,9 @@ struct Trainer::Impl {
 
   /// A fresh copy of the policy's architecture (weights are loaded later).
   TransformerLM cloneArchitecture(const TransformerLM &m) {
-    return TransformerLM(m->config(), m->hasValueHead());
+    TransformerLM c(m->config(), m->hasValueHead());
+    c->to(device());
+    return c;
   }
 
   void copyWeights(TransformerLM &to, const TransformerLM &from) {
@@ -329,6 +375,16 @@ struct Trainer::Impl {
     estimator.emplace(bundle);
     const Manifest &m = bundle->manifest();
     bool ok = true;
+    if (device().is_cuda() && !bundle->hasCuda()) {
+      diag.error(cfg.estimator.loc,
+                 "the estimator bundle '" + dir.string() +
+                     "' has no kernels.ptx, so it cannot run on " +
+                     device().str() +
+                     ": compile it again with `cac compile FILE.cac -o "
+                     "FILE.ptx --bundle DIR` (which writes kernels.ptx), or "
+                     "train with --device cpu");
+      ok = false;
+    }
 
     // Parameters: every given one must exist; every required one be given.
     for (const auto &p : cfg.estimator.params) {
@@ -486,6 +542,12 @@ struct Trainer::Impl {
       return false;
     }
     bool ok = true;
+    if (device().is_cuda() && !objective->bundle().bundle().hasCuda()) {
+      diag.error(spec.loc, "the objective's bundle '" + target.string() +
+                               "' has no kernels.ptx, so it cannot run on " +
+                               device().str());
+      ok = false;
+    }
     if (objective->wrt() != "logp_new" || objective->seqLoss()) {
       diag.error(spec.loc, "the objective '" + spec.path.stem().string() +
                                "' must be a token loss differentiated by "
@@ -647,6 +709,11 @@ struct Trainer::Impl {
                        std::to_string(policy->config().vocabSize) + ")");
         return false;
       }
+      // Initialized (or loaded) on the CPU, so a fresh model is the same
+      // on every device; then moved.
+      policy->to(device());
+      if (critic)
+        critic->to(device());
       sampleGen = makeGenerator(cfg.seed * 1000003ULL + 17);
       shuffleGen = makeGenerator(cfg.seed * 1000003ULL + 29);
     } catch (const TrainError &) {
@@ -822,6 +889,7 @@ struct Trainer::Impl {
                 {"sft_steps", cfg.sft.steps},
                 {"elapsed_s", elapsedBefore + seconds(runStart)},
                 {"cpu_kernels", cpuKernelSet()},
+                {"device", device().str()},
                 {"kl_coef", klCoef}};
     if (replay.enabled()) // numbers, exactly (tokens, floats, counters)
       st.tensors["replay"] =
@@ -933,7 +1001,7 @@ struct Trainer::Impl {
         rows[i].response.push_back(eosId);
       ptrs.push_back(&rows[i]);
     }
-    Padded pd = padRollouts(ptrs, padId);
+    Padded pd = padRollouts(ptrs, padId, device());
     policy->train();
     double lossValue = 0, numTokens = static_cast<double>(pd.numTokens);
     if (!dist()) {
@@ -1045,9 +1113,9 @@ struct Trainer::Impl {
     }
     if (rolls.empty())
       return rt;
-    rt.all = padRollouts(ptrs, padId);
-    rt.oldLogp = packFloats(lp);
-    rt.entropy = packFloats(en);
+    rt.all = padRollouts(ptrs, padId, device());
+    rt.oldLogp = packFloats(lp, device());
+    rt.entropy = packFloats(en, device());
     torch::NoGradGuard ng;
     if (cfg.critic.kind == CriticSpec::Kind::ValueHead)
       rt.oldValues = values(policy, rt.all);
@@ -1063,7 +1131,7 @@ struct Trainer::Impl {
         pos += static_cast<int64_t>(r.response.size());
       }
       rt.oldValues = at::sigmoid(
-          rt.oldValues.index_select(0, at::tensor(first, at::kLong)));
+          rt.oldValues.index_select(0, onDevice(first, at::kLong)));
     }
     if (needReference)
       rt.refLogp = gatherResponse(
@@ -1110,18 +1178,19 @@ struct Trainer::Impl {
       else if (b.name == "reward" && b.domain == Domain::Token)
         inputs[b.name] = tokenRewards(rolls, rt);
       else if (b.name == "reward")
-        inputs[b.name] = at::tensor(rewards, at::kFloat);
+        inputs[b.name] = onDevice(rewards, at::kFloat);
       else if (b.name == "group")
-        inputs[b.name] = at::tensor(groups, at::kLong);
+        inputs[b.name] = onDevice(groups, at::kLong);
       else if (b.name == "length")
-        inputs[b.name] = at::tensor(lengths, at::kLong);
+        inputs[b.name] = onDevice(lengths, at::kLong);
       else if (b.name == "newline")
         inputs[b.name] = newlineFlags(rolls);
       else if (b.name == "mc_value")
         inputs[b.name] =
             plan.mcValue.empty()
-                ? at::zeros({rt.oldLogp.size(0)}, at::kFloat)
-                : at::tensor(plan.mcValue, at::kFloat);
+                ? at::zeros({rt.oldLogp.size(0)},
+                            at::TensorOptions(at::kFloat).device(device()))
+                : onDevice(plan.mcValue, at::kFloat);
     }
     try {
       return estimator->run(inputs, batch, params);
@@ -1135,15 +1204,16 @@ struct Trainer::Impl {
   /// reward (the estimator of the rollout-time log-probabilities, k1 or k3).
   at::Tensor tokenRewards(const std::vector<Rollout> &rolls,
                           const RolloutTensors &rt) const {
-    at::Tensor r = at::zeros({rt.oldLogp.defined() ? rt.oldLogp.size(0) : 0},
-                             at::kFloat);
-    auto acc = r.accessor<float, 1>();
-    int64_t off = 0;
+    std::vector<float> last(
+        static_cast<size_t>(rt.oldLogp.defined() ? rt.oldLogp.size(0) : 0),
+        0.0f);
+    size_t off = 0;
     for (const Rollout &x : rolls) {
-      off += static_cast<int64_t>(x.response.size());
+      off += x.response.size();
       if (!x.response.empty())
-        acc[off - 1] = static_cast<float>(x.reward);
+        last[off - 1] = static_cast<float>(x.reward);
     }
+    at::Tensor r = onDevice(last, at::kFloat);
     if (cfg.kl.inReward && cfg.kl.coef > 0 && r.numel() > 0)
       r = r - klCoef * klEstimate(rt.oldLogp, rt.refLogp, cfg.kl.kind);
     return r;
@@ -1161,7 +1231,7 @@ struct Trainer::Impl {
         }
         f.push_back(text.find('\n') != std::string::npos ? 1.0f : 0.0f);
       }
-    return at::tensor(f, at::kFloat);
+    return onDevice(f, at::kFloat);
   }
 
   /// The segment starts the estimator picks for \p rolls (its `_seg_start`
@@ -1172,11 +1242,11 @@ struct Trainer::Impl {
     TensorMap outs = runEstimator(rolls, rt, RolloutBatch{});
     std::vector<std::vector<int64_t>> starts(rolls.size());
     auto it = outs.find("_seg_start");
-    at::Tensor ss;
+    std::vector<float> ss;
     if (it != outs.end())
-      ss = it->second.to(at::kFloat).contiguous();
+      ss = hostFloats(it->second);
     int64_t off = 0;
-    const float *sp = ss.defined() ? ss.data_ptr<float>() : nullptr;
+    const float *sp = it != outs.end() ? ss.data() : nullptr;
     for (size_t i = 0; i < rolls.size(); ++i) {
       int64_t T = static_cast<int64_t>(rolls[i].response.size());
       for (int64_t t = 0; t < T; ++t)
@@ -1344,14 +1414,9 @@ struct Trainer::Impl {
     if (cfg.rollout.kind == RolloutSpec::Kind::Tree) {
       // SPO-tree trains each node once, on its own history: the paths'
       // per-token outputs become per-node samples (filtered by weight).
-      auto toVec = [](const at::Tensor &t) {
-        at::Tensor c = t.contiguous();
-        return std::vector<float>(c.data_ptr<float>(),
-                                  c.data_ptr<float>() + c.numel());
-      };
-      std::vector<std::vector<float>> per = {toVec(adv)}, sampled;
+      std::vector<std::vector<float>> per = {hostFloats(adv)}, sampled;
       if (weight.defined())
-        per.push_back(toVec(weight));
+        per.push_back(hostFloats(weight));
       std::vector<Rollout> nodes = nodeSamples(
           plan, per, weight.defined() ? per.back() : std::vector<float>{},
           sampled);
@@ -1385,9 +1450,9 @@ struct Trainer::Impl {
         rolls.push_back(std::move(e.sample));
       }
       B = static_cast<int64_t>(rolls.size());
-      adv = at::tensor(advTaken, at::kFloat);
+      adv = onDevice(advTaken, at::kFloat);
       if (weight.defined())
-        weight = at::tensor(weightTaken, at::kFloat);
+        weight = onDevice(weightTaken, at::kFloat);
       rt = rolloutTensors(rolls);
       if (replay.enabled()) {
         // Per step: what waits, what was dropped as too old, how many
@@ -1435,7 +1500,7 @@ struct Trainer::Impl {
       auto sums = [&](const at::Tensor &x, int column) {
         if (!x.defined())
           return;
-        at::Tensor c = x.to(at::kDouble).contiguous();
+        at::Tensor c = x.to(at::kCPU, at::kDouble).contiguous();
         const double *p = c.data_ptr<double>();
         for (int64_t i = 0; i < B; ++i) {
           double s = 0;
@@ -1551,8 +1616,8 @@ struct Trainer::Impl {
             continue;
           }
         }
-        at::Tensor ti = at::tensor(tokIdx, at::kLong);
-        Padded pd = padRollouts(rows, padId);
+        at::Tensor ti = onDevice(tokIdx, at::kLong);
+        Padded pd = padRollouts(rows, padId, device());
         auto agg = [&](const at::Tensor &x) {
           at::Tensor r =
               aggregate(x, pd.tokenSeq, nb, cfg.aggregation, normLen);
@@ -1599,13 +1664,13 @@ struct Trainer::Impl {
             else if (name == "value")
               in[name] = promptCritic
                              ? oldValues.index_select(
-                                   0, at::tensor(rowIdx, at::kLong))
+                                   0, onDevice(rowIdx, at::kLong))
                              : oldValues.index_select(0, ti);
             else if (name == "reward") {
               std::vector<float> rw;
               for (const Rollout *r : rows)
                 rw.push_back(static_cast<float>(r->reward));
-              in[name] = at::tensor(rw, at::kFloat);
+              in[name] = onDevice(rw, at::kFloat);
             }
           }
           std::vector<int64_t> mbLengths;
@@ -1664,8 +1729,8 @@ struct Trainer::Impl {
               pos += static_cast<int64_t>(r->response.size());
             }
             vl = bceLoss(at::sigmoid(v.index_select(
-                             0, at::tensor(first, at::kLong))),
-                         at::tensor(target, at::kFloat)) *
+                             0, onDevice(first, at::kLong))),
+                         onDevice(target, at::kFloat)) *
                  seqShare;
           } else if (valueWeight.defined()) {
             // Only the positions the estimator marks (SAPO: segment
@@ -1802,8 +1867,8 @@ struct Trainer::Impl {
                    std::to_string(policy->numParameters()) +
                    " parameters, estimator '" + bundle->manifest().estimator +
                    "', " + std::to_string(S) + " SFT + " + std::to_string(R) +
-                   " RL steps, out " + cfg.out.string() + "; CPU kernels " +
-                   cpuKernelSet());
+                   " RL steps, out " + cfg.out.string() + "; device " +
+                   device().str() + "; CPU kernels " + cpuKernelSet());
     if (opts.verbose && start > 0)
       bar->message("cac-run: resuming '" + cfg.name + "' at step " +
                    std::to_string(start));

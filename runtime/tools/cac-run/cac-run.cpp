@@ -3,6 +3,7 @@
 //   cac-run TRAIN.cac [--steps N] [--sft-steps N] [--eval-every N]
 //                     [--seed N] [--out DIR] [--threads N] [--resume]
 //                     [--compiler PATH] [--no-progress] [--check]
+//                     [--device cpu|cuda|cuda:N]
 //                     [--workers N | --gpus N] [--nnodes N] [--node-rank K]
 //                     [--master-addr HOST] [--master-port P]
 //   cac-run TRAIN.cac ... --worker gloo|nccl     (one rank; torchrun's env)
@@ -40,6 +41,10 @@ const char *kUsage =
     "  --out DIR        output folder (metrics, plot, checkpoint, final)\n"
     "  --threads N      CPU threads (0: LibTorch's default)\n"
     "other options:\n"
+    "  --device D       where the models, the estimator and the update run:\n"
+    "                   cpu (default), cuda or cuda:N (a CUDA LibTorch; the\n"
+    "                   estimator runs its kernels.ptx); --gpus workers use\n"
+    "                   cuda:LOCAL_RANK\n"
     "  --resume         continue from DIR/checkpoint\n"
     "  --compiler PATH  the `cac` compiler for .cac estimators (default:\n"
     "                   $CAC_COMPILER, else `cac` beside cac-run, else PATH)\n"
@@ -115,7 +120,7 @@ int main(int argc, char **argv) {
   // Data parallelism: launcher flags (not passed on to the workers) and the
   // worker entry.
   std::optional<int64_t> workers, gpus, nnodes, nodeRank, masterPort;
-  std::optional<std::string> masterAddr, workerBackend;
+  std::optional<std::string> masterAddr, workerBackend, deviceSpec;
   std::vector<std::string> workerArgs;
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string &a = args[i];
@@ -179,6 +184,11 @@ int main(int argc, char **argv) {
       opts.progress = false;
     } else if (a == "--check") {
       check = true;
+    } else if (a == "--device") {
+      std::string v;
+      if (!value(v) || v.empty() || v[0] == '-')
+        return usageError("--device needs cpu, cuda or cuda:N");
+      deviceSpec = v;
     } else if (a == "--workers" || a == "--gpus") {
       launcherFlag = true;
       if (!count(a == "--workers" ? workers : gpus))
@@ -231,6 +241,22 @@ int main(int argc, char **argv) {
     if (!launcherFlag)
       workerArgs.insert(workerArgs.end(), args.begin() + argStart,
                         args.begin() + i + 1);
+  }
+  // The device: --device, else a GPU worker's cuda:LOCAL_RANK, else the CPU.
+  // Checked before anything else, and by the launcher too, so a bad one
+  // stops before any worker starts.
+  if (gpus && deviceSpec)
+    return usageError("--gpus N puts worker r on cuda:r; --device is for one "
+                      "process or --workers");
+  if (gpus) // the launcher: its last worker's device must exist
+    deviceSpec = "cuda:" + std::to_string(*gpus - 1);
+  else if (!deviceSpec && workerBackend && *workerBackend == "nccl")
+    deviceSpec =
+        "cuda:" + std::to_string(envCount("LOCAL_RANK").value_or(0));
+  if (deviceSpec) {
+    std::string err = checkDevice(*deviceSpec, opts.device);
+    if (!err.empty())
+      return usageError(err);
   }
   if (file.empty())
     return usageError("no training file (try examples/arith/train.cac)");

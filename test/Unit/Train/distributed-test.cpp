@@ -17,6 +17,7 @@
 #include "cac/Runtime/Train/ReplayBuffer.h"
 
 #include <nlohmann/json.hpp>
+#include <torch/cuda.h>
 
 #include <gtest/gtest.h>
 
@@ -351,6 +352,30 @@ TEST_F(DistributedTest, GpusWithoutNcclIsAClearError) {
   EXPECT_EQ(cacRun("whatever.cac --gpus 1", &err), 2);
   EXPECT_NE(err.find("--gpus: this cac-run was built against a LibTorch "
                      "without NCCL"),
+            std::string::npos)
+      << err;
+}
+
+TEST_F(DistributedTest, BadDevicesAreUsageErrors) {
+  std::string err;
+  EXPECT_EQ(cacRun("whatever.cac --device gpu", &err), 2);
+  EXPECT_NE(err.find("--device expects cpu, cuda or cuda:N, got 'gpu'"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(cacRun("whatever.cac --device cpu:1", &err), 2);
+  EXPECT_NE(err.find("got 'cpu:1'"), std::string::npos) << err;
+  EXPECT_EQ(cacRun("whatever.cac --device", &err), 2);
+  EXPECT_NE(err.find("--device needs cpu, cuda or cuda:N"), std::string::npos)
+      << err;
+  // --device cuda: a clear error where this LibTorch has no GPU; where it
+  // has one, an index past the last device.
+  int64_t n = torch::cuda::is_available()
+                  ? static_cast<int64_t>(torch::cuda::device_count())
+                  : 0;
+  std::string bad = n == 0 ? "cuda" : "cuda:" + std::to_string(n);
+  EXPECT_EQ(cacRun("whatever.cac --device " + bad, &err), 2);
+  EXPECT_NE(err.find(n == 0 ? "this LibTorch sees no CUDA device"
+                            : "CUDA device"),
             std::string::npos)
       << err;
 }

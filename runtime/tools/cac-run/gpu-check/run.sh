@@ -1,38 +1,158 @@
 #!/bin/bash
-# On the GPU machine, from the repository root, with .gpu-deps/ from
-# test/Unit/Kernels/gpu-check/stage.sh (it compiles the grpo bundle there):
-# builds cac-run against the CUDA LibTorch of `python3`, then trains a tiny
-# GRPO file (40 SFT + 2 RL steps) with `--gpus 1` (c10d ProcessGroupNCCL) and
-# with `--workers 1` (ProcessGroupGloo) and requires the same metrics within
-# float tolerance (the NCCL path all-reduces the same gradients on the GPU).
-# Logs go to $OUT (or /tmp) when set. Exit status 0 only if both ran and agree.
+# The training loop on a GPU, for a machine with CUDA and a CUDA LibTorch
+# (pip's torch) but no MLIR. From the repository root, with .gpu-deps/ from
+# test/Unit/Kernels/gpu-check/stage.sh (the compiled stdlib bundles):
+#
+#   1. builds cac-run against the LibTorch of `python3` (CAC_RUN=PATH skips
+#      the build and uses that binary);
+#   2. per method (grpo with a k3 KL loss, gae with a value head, gae_dense
+#      with the KL in the reward, sapo, sppo with a critic model, spo_chain,
+#      spo_tree with its replay buffer, treeadv): a tiny file's SFT warm
+#      start on the CPU (so that some answers are right and the advantages
+#      are not all zero), then its first RL step resumed from that
+#      checkpoint on the CPU and on $DEVICE (default cuda). The same weights
+#      and the same uniforms sample the same rollouts, so the step's metrics
+#      (reward, advantages, losses, gradient norm, KL, clip fraction, eval
+#      accuracy) must agree within float tolerance, and all be finite;
+#   3. a tiny GRPO run (40 SFT + 2 RL steps) on $DEVICE, then --resume with
+#      one more step (checkpoint written from and loaded onto the device);
+#   4. unless NCCL=0, the same run with `--gpus 1` (c10d ProcessGroupNCCL on
+#      cuda:0), whose metrics must match the single-process run's.
+#
+# DEVICE=cpu checks the script itself on a machine without a GPU (then the
+# two runs of step 2 are the same computation). Logs go to $OUT (or /tmp).
+# Exit status 0 only if every step ran and agreed.
 set -uo pipefail
 out=${OUT:-/tmp}
 py=${PYTHON:-$(command -v python3)}
-# TORCH_PREFIX (a LibTorch's CMake prefix, empty for a system one) and
-# TORCH_LIB override what the Python torch says.
-prefix=${TORCH_PREFIX-$($py -c "import torch; print(torch.utils.cmake_prefix_path)")}
-torchlib=${TORCH_LIB-$(dirname "$($py -c "import torch; print(torch.__file__)")")/lib}
-export PATH=/usr/local/cuda/bin:$PATH
-build=${BUILD:-/tmp/cac-run-gpu}
+device=${DEVICE:-cuda}
 deps=${CAC_GPU_DEPS:-$PWD/.gpu-deps}
-bundle=$deps/stdlib-bundles/grpo
-[ -f "$bundle/manifest.json" ] ||
-  { echo "no $bundle: run test/Unit/Kernels/gpu-check/stage.sh on a machine with the compiler"; exit 1; }
-cmake -S runtime/tools/cac-run/gpu-check -B "$build" -G Ninja \
-  -DCMAKE_BUILD_TYPE=Release -DCAC_GPU_DEPS="$deps" \
-  ${prefix:+-DCMAKE_PREFIX_PATH="$prefix"} >"$out/configure.log" 2>&1 ||
-  { tail -60 "$out/configure.log"; exit 1; }
-grep "cac_runtime_train" "$out/configure.log"
-ninja -C "$build" cac-run >"$out/build.log" 2>&1 ||
-  { grep -A12 "error" "$out/build.log" | head -80; exit 1; }
-export LD_LIBRARY_PATH=$torchlib:${LD_LIBRARY_PATH:-}
+bundles=$deps/stdlib-bundles
+[ -f "$bundles/grpo/manifest.json" ] ||
+  { echo "no $bundles: run test/Unit/Kernels/gpu-check/stage.sh on a machine with the compiler"; exit 1; }
+if [ -n "${CAC_RUN:-}" ]; then
+  run=$CAC_RUN
+else
+  # TORCH_PREFIX (a LibTorch's CMake prefix, empty for a system one) and
+  # TORCH_LIB override what the Python torch says.
+  prefix=${TORCH_PREFIX-$($py -c "import torch; print(torch.utils.cmake_prefix_path)")}
+  torchlib=${TORCH_LIB-$(dirname "$($py -c "import torch; print(torch.__file__)")")/lib}
+  export PATH=/usr/local/cuda/bin:$PATH
+  build=${BUILD:-/tmp/cac-run-gpu}
+  cmake -S runtime/tools/cac-run/gpu-check -B "$build" -G Ninja \
+    -DCMAKE_BUILD_TYPE=Release -DCAC_GPU_DEPS="$deps" \
+    ${prefix:+-DCMAKE_PREFIX_PATH="$prefix"} >"$out/configure.log" 2>&1 ||
+    { tail -60 "$out/configure.log"; exit 1; }
+  grep "cac_runtime_train" "$out/configure.log"
+  ninja -C "$build" cac-run >"$out/build.log" 2>&1 ||
+    { grep -A12 "error" "$out/build.log" | head -80; exit 1; }
+  export LD_LIBRARY_PATH=$torchlib:${LD_LIBRARY_PATH:-}
+  run=$build/bin/cac-run
+fi
 work=$(mktemp -d)
-cat >"$work/train.cac" <<CAC
+trap 'rm -rf "$work"' EXIT
+status=0
+
+# tiny NAME BUNDLE ESTIMATOR-ARGS CRITIC ROLLOUT EXTRA: a training file of
+# 150 SFT steps and one RL step.
+tiny() {
+  cat >"$work/$1.cac" <<CAC
+train tiny_$1 {
+  model = builtin("custom", hidden = 32, layers = 2, heads = 2, kv_heads = 1, ffn = 64, max_positions = 64)
+  task = arith(min_level = 1, max_level = 1)
+  estimator = bundle("$bundles/$2"$3)
+  critic = $4
+  rollout = $5
+  prompts = 8
+  minibatches = 2
+  warm_start = sft(steps = 150, batch = 16, lr = 1e-2)
+  steps = 1
+  eval = greedy(every = 1, size = 32)
+  threads = 2
+  seed = 3
+  $6
+}
+CAC
+}
+tiny grpo grpo "" none "group(n = 4, max_tokens = 8)" "kl = k3(coef = 0.05)"
+tiny gae gae ", gamma = 1.0, lambda = 0.95" "value_head(coef = 0.5, clip = 0.2)" \
+  "group(n = 4, max_tokens = 8)" ""
+tiny gae_dense gae_dense ", gamma = 1.0, lambda = 0.95" "value_head(coef = 0.5)" \
+  "group(n = 4, max_tokens = 8)" "kl = k1(coef = 0.01, in_reward = 1)"
+tiny sapo sapo ", gamma = 1.0, lambda = 0.99, k_percent = 30" \
+  "value_head(coef = 0.5, clip = 0.2)" "group(n = 4, max_tokens = 8)" ""
+tiny sppo sppo "" 'value_model(builtin("custom", hidden = 16, layers = 1, heads = 2, kv_heads = 1, ffn = 32, max_positions = 64), coef = 0.5)' \
+  "group(n = 1, max_tokens = 8)" ""
+tiny spo_chain spo_chain ", threshold = 0.9, interval = 3" none \
+  "chain(n = 4, samples = 2, max_tokens = 8)" "whiten = true"
+tiny spo_tree spo_tree ", threshold = 0.9" none \
+  'tree(branches = "2-2", seg_len = 3, max_tokens = 8, replay_steps = 2, replay_take = 2)' \
+  "whiten = true"
+tiny treeadv treeadv "" none \
+  'forest(n = 4, trees = 2, children = 2, tau = 0.5, max_tokens = 8)' ""
+
+compare() { # A.jsonl B.jsonl ROWS LABEL [signal]: metrics within tolerance;
+  # with `signal`, the last row's update must have moved the weights
+  $py - "$@" <<'PY'
+import json, math, sys
+a = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+b = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
+rows, label = int(sys.argv[3]), sys.argv[4]
+signal = len(sys.argv) > 5 and sys.argv[5] == "signal"
+if len(a) != rows or len(b) != rows:
+    print(f"{label}: {len(a)} and {len(b)} metric rows, expected {rows}")
+    sys.exit(1)
+bad, nonfinite = [], []
+skip = ("elapsed_s", "tokens_per_s")
+for i, (x, y) in enumerate(zip(a, b)):
+    for k, v in y.items():
+        if k.startswith("time_") or k in skip:
+            continue
+        w = x.get(k)
+        for z in (v, w):
+            if isinstance(z, float) and not math.isfinite(z):
+                nonfinite.append((i, k, z))
+        if isinstance(v, float):
+            if w is None or abs(w - v) > 1e-4 + 2e-3 * abs(v):
+                bad.append((i, k, w, v))
+        elif w != v:
+            bad.append((i, k, w, v))
+quiet = signal and not b[-1].get("grad_norm", 0) > 0
+ok = not bad and not nonfinite and not quiet
+last = b[-1]
+print(f"{label}: " + ("same metrics" if ok else
+      f"{len(bad)} differ, e.g. {bad[:4]}; not finite: {nonfinite[:4]}" +
+      ("; the last update has no gradient" if quiet else "")) +
+      f" (last row: reward_mean {last.get('reward_mean')}, "
+      f"grad_norm {last.get('grad_norm')}, loss {last.get('loss')})")
+sys.exit(0 if ok else 1)
+PY
+}
+
+# 2. Per method: SFT on the CPU, then one RL step on the CPU and on the
+# device from its checkpoint.
+for m in grpo gae gae_dense sapo sppo spo_chain spo_tree treeadv; do
+  "$run" "$work/$m.cac" --steps 0 --out "$work/$m-sft" --no-progress \
+    >"$out/sft-$m.log" 2>&1 ||
+    { echo "$m: SFT failed:"; tail -20 "$out/sft-$m.log"; status=1; continue; }
+  for side in cpu:cpu "dev:$device"; do
+    tag=$m-${side%%:*} d=${side#*:}
+    cp -r "$work/$m-sft" "$work/$tag"
+    "$run" "$work/$m.cac" --device "$d" --out "$work/$tag" --resume --no-progress \
+      >"$out/train-$tag.log" 2>&1 ||
+      { echo "$m on $d failed:"; tail -20 "$out/train-$tag.log"; status=1; }
+  done
+  [ -f "$work/$m-cpu/metrics.jsonl" ] && [ -f "$work/$m-dev/metrics.jsonl" ] &&
+    { compare "$work/$m-cpu/metrics.jsonl" "$work/$m-dev/metrics.jsonl" 152 \
+        "$m: cpu vs $device, one RL step after SFT" signal || status=1; }
+done
+
+# 3. SFT + RL on the device, then a resumed step.
+cat >"$work/long.cac" <<CAC
 train tiny {
   model = builtin("custom", hidden = 16, layers = 1, heads = 2, kv_heads = 1, ffn = 32, max_positions = 32)
   task = arith(min_level = 1, max_level = 1)
-  estimator = bundle("$bundle")
+  estimator = bundle("$bundles/grpo")
   critic = none
   rollout = group(n = 4, max_tokens = 4)
   prompts = 4
@@ -44,30 +164,24 @@ train tiny {
   seed = 5
 }
 CAC
-status=0
-"$build/bin/cac-run" "$work/train.cac" --gpus 1 --out "$work/nccl" --no-progress \
-  >"$out/nccl.log" 2>&1 || { echo "--gpus 1 failed:"; tail -20 "$out/nccl.log"; status=1; }
-"$build/bin/cac-run" "$work/train.cac" --workers 1 --out "$work/gloo" --no-progress \
-  >"$out/gloo.log" 2>&1 || { echo "--workers 1 failed:"; tail -20 "$out/gloo.log"; status=1; }
-grep -h "workers (" "$out/nccl.log" "$out/gloo.log"
-[ $status = 0 ] && $py - "$work/nccl/metrics.jsonl" "$work/gloo/metrics.jsonl" <<'PY' || status=1
-import json, sys
-a = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-b = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
-assert len(a) == len(b) == 43, (len(a), len(b))
-bad = []
-for i, (x, y) in enumerate(zip(a, b)):
-    for k, v in y.items():
-        if k.startswith("time_") or k in ("elapsed_s", "tokens_per_s"):
-            continue
-        w = x.get(k)
-        if isinstance(v, float):
-            if w is None or abs(w - v) > 1e-5 + 1e-4 * abs(v):
-                bad.append((i, k, w, v))
-        elif w != v:
-            bad.append((i, k, w, v))
-print("nccl vs gloo:", "same metrics" if not bad else f"{len(bad)} differ, e.g. {bad[:3]}")
-sys.exit(1 if bad else 0)
-PY
-rm -rf "$work"
+"$run" "$work/long.cac" --device "$device" --out "$work/long" --no-progress \
+  >"$out/long.log" 2>&1 || { echo "40 SFT + 2 RL on $device failed:"; tail -20 "$out/long.log"; status=1; }
+grep -h "device \|done in" "$out/long.log"
+"$run" "$work/long.cac" --device "$device" --out "$work/long" --no-progress --resume --steps 3 \
+  >"$out/resume.log" 2>&1 || { echo "--resume on $device failed:"; tail -20 "$out/resume.log"; status=1; }
+rows=$(grep -c . "$work/long/metrics.jsonl" 2>/dev/null || echo 0)
+[ "$rows" = 44 ] && echo "resume on $device: 44 metric rows" ||
+  { echo "resume on $device: $rows metric rows, expected 44"; status=1; }
+
+# 4. The same run as one NCCL worker on cuda:0.
+if [ "${NCCL:-1}" = 1 ]; then
+  "$run" "$work/long.cac" --gpus 1 --out "$work/nccl" --no-progress \
+    >"$out/nccl.log" 2>&1 || { echo "--gpus 1 failed:"; tail -20 "$out/nccl.log"; status=1; }
+  grep -h "workers (" "$out/nccl.log"
+  # The first 43 rows of the resumed run are the uninterrupted run's.
+  head -n 43 "$work/long/metrics.jsonl" >"$work/single.jsonl"
+  [ -f "$work/nccl/metrics.jsonl" ] &&
+    { compare "$work/single.jsonl" "$work/nccl/metrics.jsonl" 43 \
+        "--gpus 1 (nccl) vs --device $device" || status=1; }
+fi
 exit $status

@@ -5,7 +5,8 @@
 //   1. optional SFT warm start on the task's worked solutions;
 //   2. RL steps: sample prompts, generate a group of rollouts per prompt,
 //      reward them by the exact answer check, pack the batch, run the
-//      estimator bundle (CPU) for token advantages (and critic returns),
+//      estimator bundle (host.so on the CPU, kernels.ptx on a GPU) for
+//      token advantages (and critic returns),
 //      then PPO epochs over minibatches: clipped surrogate against the logp
 //      recorded at generation, the chosen aggregation, optional KL to the
 //      frozen policy at RL start, clipped value loss for a critic, AdamW
@@ -25,6 +26,7 @@
 #include "cac/Runtime/Train/Diagnostics.h"
 #include "cac/Runtime/Train/TrainFile.h"
 
+#include <c10/core/Device.h>
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
@@ -61,7 +63,16 @@ struct TrainerOptions {
   /// process trains alone). Every rank runs the same configuration; rank 0
   /// alone writes metrics, plots, checkpoints and the final model.
   Communicator *dist = nullptr;
+  /// Where the models, the batches, the estimator and the update run: the
+  /// CPU, or a CUDA device (the LibTorch must have CUDA, and the estimator
+  /// bundle a kernels.ptx). Rollouts, rewards and checkpoints pass through
+  /// the host; sampling draws its uniforms on the CPU on every device.
+  c10::Device device{c10::kCPU};
 };
+
+/// Parses a --device value ("cpu", "cuda", "cuda:N") and checks that this
+/// LibTorch can use it; returns an error message for the user, or empty.
+std::string checkDevice(const std::string &spec, c10::Device &out);
 
 /// Runs a training configuration.
 class Trainer {
