@@ -14,7 +14,7 @@
 #     bench  bench/gpu/cac-bench-gpu on the staged bench bundles (block vs
 #            thread-per-sequence kernels and block shapes vs verl's loops,
 #            against the device's copy bandwidth): docs/benchmarks.md
-#     train  cac-run built against that LibTorch: eight methods' first RL
+#     train  cac-run built against that LibTorch: ten tiny files' first RL
 #            step on the CPU and on the GPU (same metrics), an SFT + RL run
 #            and --resume on the GPU, and `--gpus 1` (c10d ProcessGroupNCCL)
 #            against it (runtime/tools/cac-run/gpu-check/run.sh; `nccl` is

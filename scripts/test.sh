@@ -39,11 +39,11 @@ for backend in cpu eager gpu-sim; do
     --seeds 1-3 --cac-arg=--seq-block=32 || status=1
 done
 # The GPU machine's training check (runtime/tools/cac-run/gpu-check/run.sh)
-# on the CPU, so that it keeps working between GPU sessions: eight methods'
+# on the CPU, so that it keeps working between GPU sessions: ten methods'
 # first RL step resumed from an SFT checkpoint twice (the same metrics), an
 # SFT + RL run and --resume. The bundles it needs, compiled here.
 gpu_deps=$(mktemp -d)
-for m in grpo gae gae_dense sapo sppo spo_chain spo_tree treeadv; do
+for m in grpo gae gae_dense sapo sppo spo_chain spo_tree treeadv sapo_loss gspo_token; do
   "$BUILD/bin/cac" compile "stdlib/$m.cac" -o /dev/null \
     --bundle "$gpu_deps/stdlib-bundles/$m" || status=1
 done

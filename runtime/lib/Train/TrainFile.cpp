@@ -1090,21 +1090,19 @@ bool parseRollout(Checker &c, const Value &v, RolloutSpec &r) {
 
 bool parseObjective(Checker &c, const Value &v, ObjectiveSpec &o) {
   o.loc = v.loc;
-  if (v.kind == Value::Kind::String || isCall(v, "cac")) {
+  if (v.kind == Value::Kind::String || isCall(v, "cac") ||
+      isCall(v, "bundle")) {
     EstimatorSpec e;
     if (!parseEstimator(c, v, e))
       return false;
-    if (e.kind != EstimatorSpec::Kind::Source) {
-      c.expected(v, "'objective'", "a .cac objective file");
-      return false;
-    }
     o.compiled = std::move(e);
     return true;
   }
   if (!isCall(v, "ppo_clip")) {
     c.expected(v, "'objective'",
-               "ppo_clip(eps = .., eps_high = ..), a .cac objective file or "
-               "cac(\"FILE.cac\", param = value, ...)");
+               "ppo_clip(eps = .., eps_high = ..), a .cac objective file, "
+               "cac(\"FILE.cac\", param = value, ...) or a bundle compiled "
+               "from one, bundle(\"DIR\", param = value, ...)");
     return false;
   }
   Args a(c, v, {"eps", "eps_high"});

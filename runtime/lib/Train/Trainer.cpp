@@ -504,36 +504,47 @@ struct Trainer::Impl {
   /// (docs/training.md).
   bool loadObjective(DiagnosticEngine &diag) {
     const EstimatorSpec &spec = *cfg.objective.compiled;
-    if (opts.compiler.empty()) {
-      diag.error(spec.loc, "no `cac` compiler to compile '" +
-                               spec.path.string() +
-                               "': put cac-run next to `cac` (or set "
-                               "CAC_COMPILER)");
-      return false;
-    }
-    if (!fs::is_regular_file(spec.path)) {
-      diag.error(spec.loc, "the objective '" + spec.path.string() +
+    // A bundle compiled elsewhere (a GPU machine without the compiler).
+    fs::path target = spec.path;
+    if (spec.kind == EstimatorSpec::Kind::Bundle &&
+        !fs::is_directory(spec.path)) {
+      diag.error(spec.loc, "the objective bundle '" + spec.path.string() +
                                "' does not exist");
       return false;
     }
-    fs::path bundles = cfg.out / "bundles";
-    fs::create_directories(bundles);
-    fs::path target = bundles / ("objective-" + spec.path.stem().string());
-    // Rank 0 compiles; the other workers load its bundle.
-    int rc = 0;
-    if (writer())
-      rc = runProcess({opts.compiler.string(), "compile", spec.path.string(),
-                       "-o", (target.string() + ".ptx"), "--bundle",
-                       target.string()});
-    if (rc != 0) {
-      diag.error(spec.loc, "compiling '" + spec.path.string() + "' with '" +
-                               opts.compiler.string() +
-                               "' failed (exit status " + std::to_string(rc) +
-                               ")");
-      return false;
+    if (spec.kind == EstimatorSpec::Kind::Source) {
+      if (opts.compiler.empty()) {
+        diag.error(spec.loc, "no `cac` compiler to compile '" +
+                                 spec.path.string() +
+                                 "': put cac-run next to `cac` (or set "
+                                 "CAC_COMPILER), or give a bundle compiled "
+                                 "elsewhere: objective = bundle(\"DIR\")");
+        return false;
+      }
+      if (!fs::is_regular_file(spec.path)) {
+        diag.error(spec.loc, "the objective '" + spec.path.string() +
+                                 "' does not exist");
+        return false;
+      }
+      fs::path bundles = cfg.out / "bundles";
+      fs::create_directories(bundles);
+      target = bundles / ("objective-" + spec.path.stem().string());
+      // Rank 0 compiles; the other workers load its bundle.
+      int rc = 0;
+      if (writer())
+        rc = runProcess({opts.compiler.string(), "compile",
+                         spec.path.string(), "-o", (target.string() + ".ptx"),
+                         "--bundle", target.string()});
+      if (rc != 0) {
+        diag.error(spec.loc, "compiling '" + spec.path.string() + "' with '" +
+                                 opts.compiler.string() +
+                                 "' failed (exit status " +
+                                 std::to_string(rc) + ")");
+        return false;
+      }
+      if (dist())
+        dist()->barrier();
     }
-    if (dist())
-      dist()->barrier();
     try {
       objective.emplace(Bundle::load(target.string()));
     } catch (const std::exception &e) {

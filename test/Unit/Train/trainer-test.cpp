@@ -14,6 +14,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 
@@ -363,6 +364,43 @@ TEST_F(TrainerTest, CompiledObjectiveReadsValueAndReward) {
   EXPECT_NE(errors.find("the objective reads 'value': set a critic"),
             std::string::npos)
       << errors;
+}
+
+// `objective = bundle("DIR", ...)`: an objective compiled elsewhere trains
+// without a compiler, exactly as the same file compiled by the run; a missing
+// folder is an error at the field.
+TEST_F(TrainerTest, ObjectiveFromABundleNeedsNoCompiler) {
+  std::string compiler = CAC_TEST_COMPILER;
+  if (compiler.empty())
+    GTEST_SKIP() << "no cac compiler in this build";
+  std::string obj =
+      (fs::path(CAC_TEST_SOURCE_DIR) / "stdlib" / "ppo_kl.cac").string();
+  fs::path bundle = dir_ / "ppo_kl-bundle";
+  std::string cmd = "'" + compiler + "' compile '" + obj + "' -o '" +
+                    (dir_ / "ppo_kl.ptx").string() + "' --bundle '" +
+                    bundle.string() + "'";
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  TrainerOptions withCompiler;
+  withCompiler.compiler = compiler;
+  std::vector<json> a = withoutTimes(runToEnd(
+      config(source("grpo", "  objective = cac(\"" + obj +
+                                "\", kl_coef = 0.01)\n"),
+             "src"),
+      withCompiler));
+  TrainerOptions none; // no compiler
+  std::vector<json> b = withoutTimes(runToEnd(
+      config(source("grpo", "  objective = bundle(\"" + bundle.string() +
+                                "\", kl_coef = 0.01)\n"),
+             "bundle"),
+      none));
+  EXPECT_EQ(json(a).dump(), json(b).dump());
+  std::string errors = prepareErrors(
+      config(source("grpo", "  objective = bundle(\"" +
+                                (dir_ / "nowhere").string() + "\")\n"),
+             "missing"),
+      none);
+  EXPECT_NE(errors.find("the objective bundle '"), std::string::npos) << errors;
+  EXPECT_NE(errors.find("' does not exist"), std::string::npos) << errors;
 }
 
 // A compiled objective must be differentiated by logp_new and read what the

@@ -7,7 +7,8 @@
 #      the build and uses that binary);
 #   2. per method (grpo with a k3 KL loss, gae with a value head, gae_dense
 #      with the KL in the reward, sapo, sppo with a critic model, spo_chain,
-#      spo_tree with its replay buffer, treeadv): a tiny file's SFT warm
+#      spo_tree with its replay buffer, treeadv, and two compiled objectives
+#      from bundles: sapo_loss, gspo_token): a tiny file's SFT warm
 #      start on the CPU (so that some answers are right and the advantages
 #      are not all zero), then its first RL step resumed from that
 #      checkpoint on the CPU and on $DEVICE (default cuda). The same weights
@@ -90,6 +91,16 @@ tiny spo_tree spo_tree ", threshold = 0.9" none \
   "whiten = true"
 tiny treeadv treeadv "" none \
   'forest(n = 4, trees = 2, children = 2, tau = 0.5, max_tokens = 8)' ""
+# Compiled objectives (their kernels give the loss and the gradient), from
+# bundles: SAPO's segment ratio reading the critic's value and the reward,
+# and GSPO's token form on GRPO's advantages.
+tiny sapo_segment sapo ", gamma = 1.0, lambda = 0.99, k_percent = 30" \
+  "value_head(coef = 0.5, clip = 0.2)" "group(n = 4, max_tokens = 8)" \
+  "objective = bundle(\"$bundles/sapo_loss\", eps_low = 0.2, eps_high = 0.28, dual_clip = 3,
+    sapo_gamma = 1.0, sapo_lambda = 0.99, sapo_k_percent = 30)"
+tiny gspo grpo "" none "group(n = 4, max_tokens = 8)" \
+  "objective = bundle(\"$bundles/gspo_token\", eps_low = 3e-4, eps_high = 4e-4)
+  aggregation = \"seq-mean-token-mean\""
 
 compare() { # A.jsonl B.jsonl ROWS LABEL [signal]: metrics within tolerance;
   # with `signal`, the last row's update must have moved the weights
@@ -131,7 +142,7 @@ PY
 
 # 2. Per method: SFT on the CPU, then one RL step on the CPU and on the
 # device from its checkpoint.
-for m in grpo gae gae_dense sapo sppo spo_chain spo_tree treeadv; do
+for m in grpo gae gae_dense sapo sppo spo_chain spo_tree treeadv sapo_segment gspo; do
   "$run" "$work/$m.cac" --steps 0 --out "$work/$m-sft" --no-progress \
     >"$out/sft-$m.log" 2>&1 ||
     { echo "$m: SFT failed:"; tail -20 "$out/sft-$m.log"; status=1; continue; }

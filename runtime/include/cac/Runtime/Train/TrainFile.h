@@ -207,7 +207,8 @@ struct ObjectiveSpec {
   double epsLow = 0.2, epsHigh = 0.2;
   /// `objective = "FILE.cac"` (or cac("FILE.cac", param = value, ...)): a
   /// compiled objective (docs/language.md, Objectives) instead of the
-  /// built-in ppo_clip.
+  /// built-in ppo_clip; bundle("DIR", ...) or a folder path: one compiled
+  /// elsewhere (`cac compile FILE.cac -o F.ptx --bundle DIR`).
   std::optional<EstimatorSpec> compiled;
   SourceLoc loc;
 };
