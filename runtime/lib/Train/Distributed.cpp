@@ -2,11 +2,14 @@
 
 #include "cac/Runtime/Train/Distributed.h"
 
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/version.h>
+#ifdef CAC_HAVE_GLOO
 #ifndef USE_C10D_GLOO
 #define USE_C10D_GLOO
 #endif
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#endif
 #ifdef CAC_HAVE_NCCL
 #ifndef USE_C10D_NCCL
 #define USE_C10D_NCCL
@@ -28,6 +31,14 @@
 
 namespace cac::rt::train {
 
+bool haveGloo() {
+#ifdef CAC_HAVE_GLOO
+  return true;
+#else
+  return false;
+#endif
+}
+
 bool haveNccl() {
 #ifdef CAC_HAVE_NCCL
   return true;
@@ -36,9 +47,18 @@ bool haveNccl() {
 #endif
 }
 
+// The collectives' class: LibTorch 2 split c10d's backends (Gloo, NCCL) from
+// the ProcessGroup that dispatches to them; 1.13's backends are
+// ProcessGroups. Both have allreduce(tensors, options).
+#if TORCH_VERSION_MAJOR >= 2
+using BackendBase = c10d::Backend;
+#else
+using BackendBase = c10d::ProcessGroup;
+#endif
+
 struct Communicator::State {
   c10::intrusive_ptr<c10d::Store> store;
-  c10::intrusive_ptr<c10d::ProcessGroup> pg;
+  c10::intrusive_ptr<BackendBase> pg;
   /// Where collectives run: CPU for Gloo, this rank's GPU for NCCL (CPU
   /// tensors are copied there and back).
   at::Device device{at::kCPU};
@@ -60,6 +80,11 @@ std::unique_ptr<Communicator> Communicator::connect(const DistOptions &o) {
         "distributed: this cac-run was built against a LibTorch without "
         "ProcessGroupNCCL (Debian's libtorch is CPU-only); use --workers N "
         "(Gloo on the CPU), or rebuild against a CUDA LibTorch");
+  if (o.backend == DistBackend::Gloo && !haveGloo())
+    throw std::runtime_error(
+        "distributed: this cac-run was built against a LibTorch whose "
+        "ProcessGroupGloo headers were not found (install Gloo's headers, "
+        "e.g. Debian's libgloo-dev, and rebuild), so it has no Gloo workers");
   std::unique_ptr<Communicator> c(new Communicator());
   c->state_ = std::make_unique<State>();
   c->rank_ = o.rank;
@@ -74,6 +99,7 @@ std::unique_ptr<Communicator> Communicator::connect(const DistOptions &o) {
     so.timeout = o.timeout;
     c->state_->store = c10::make_intrusive<c10d::TCPStore>(o.masterAddr, so);
     if (o.backend == DistBackend::Gloo) {
+#ifdef CAC_HAVE_GLOO
       auto opts = c10d::ProcessGroupGloo::Options::create(o.timeout);
       // Gloo's device binds where this host's name resolves; a single-node
       // job on the loopback stays on the loopback.
@@ -86,6 +112,7 @@ std::unique_ptr<Communicator> Communicator::connect(const DistOptions &o) {
       opts->threads = 2;
       c->state_->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(
           c->state_->store, o.rank, o.worldSize, opts);
+#endif
     } else {
 #ifdef CAC_HAVE_NCCL
       c->state_->device = at::Device(at::kCUDA, o.localRank);

@@ -198,6 +198,11 @@ int main(int argc, char **argv) {
       int64_t n = workers ? *workers : *gpus;
       if (n < 1 || n > 1024)
         return usageError(a + " must be in [1, 1024]");
+      if (workers && !haveGloo())
+        return usageError(
+            "--workers: this cac-run was built without ProcessGroupGloo "
+            "(its LibTorch's Gloo headers were not found), so it has no CPU "
+            "workers");
       if (gpus && !haveNccl())
         return usageError(
             "--gpus: this cac-run was built against a LibTorch without NCCL "

@@ -32,6 +32,8 @@ enum class DistBackend { Gloo, Nccl };
 
 /// Whether this build has ProcessGroupNCCL (a CUDA LibTorch with NCCL).
 bool haveNccl();
+/// Whether this build has ProcessGroupGloo (LibTorch with Gloo's headers).
+bool haveGloo();
 
 /// Where one worker stands in a job and how it finds the others.
 struct DistOptions {
