@@ -19,6 +19,9 @@
 #            and --resume on the GPU, and `--gpus 1` (c10d ProcessGroupNCCL)
 #            against it (runtime/tools/cac-run/gpu-check/run.sh; `nccl` is
 #            another name for this step)
+#     main   the embedded default (examples/arith/train.cac) trained on the
+#            GPU: accuracy before and after RL, time per phase (not run by
+#            default)
 # Each step's logs and output go to $OUT (or /tmp/cac-gpu-check); the exit
 # status is 0 only if every step asked for passed. Each step fits the device
 # tool's 10-minute command limit on 16 cores; run them in separate calls if
@@ -39,7 +42,8 @@ for s in "${steps[@]}"; do
   bench) test/Unit/Kernels/gpu-check/run.sh --bench --shapes 4096x4096,256x8192,256x4096 \
            --iters 30 || status=1 ;;
   train | nccl) runtime/tools/cac-run/gpu-check/run.sh || status=1 ;;
-  *) echo "unknown step '$s' (tests, bench, train)"; status=2 ;;
+  main) runtime/tools/cac-run/gpu-check/run.sh main || status=1 ;;
+  *) echo "unknown step '$s' (tests, bench, train, main)"; status=2 ;;
   esac
 done
 exit $status

@@ -1349,7 +1349,7 @@ class GroupKernelEmitter {
 public:
   GroupKernelEmitter(Emitter &e, KernelOp kernel, const Abi &abi,
                      ArrayRef<std::pair<Value, unsigned>> stores)
-      : e(e), b(e.b), kernel(kernel), abi(abi), stores(stores) {}
+      : e(e), b(e.b), kernel(kernel), stores(stores) {}
 
   void emit(Value unit) {
     group = unit;
@@ -1511,7 +1511,6 @@ private:
   Emitter &e;
   OpBuilder &b;
   KernelOp kernel;
-  const Abi &abi;
   ArrayRef<std::pair<Value, unsigned>> stores;
   Value group, mstart, mend, n, nf;
   llvm::DenseMap<ReduceOp, Value> means;
@@ -1644,8 +1643,9 @@ private:
     // Sequences by their leaf's preorder position (`order` is the cursor).
     each(zero, K, [&](Value q) { setIdx(t.seqEnd, q, zero); });
     each(zero, B, [&](Value s) {
-      auto [leaf, has] = leafOf(s);
-      when(has, [&] {
+      std::pair<Value, Value> leafHas = leafOf(s);
+      Value leaf = leafHas.first;
+      when(leafHas.second, [&] {
         Value q = idx(t.pre, leaf);
         setIdx(t.seqEnd, q, add(idx(t.seqEnd, q), one));
       });
@@ -1653,8 +1653,9 @@ private:
     prefix(t.seqEnd, K);
     each(zero, K, [&](Value q) { setIdx(t.order, q, startOf(t.seqEnd, q)); });
     each(zero, B, [&](Value s) {
-      auto [leaf, has] = leafOf(s);
-      when(has, [&] {
+      std::pair<Value, Value> leafHas = leafOf(s);
+      Value leaf = leafHas.first;
+      when(leafHas.second, [&] {
         Value q = idx(t.pre, leaf);
         Value pos = idx(t.order, q);
         setIdx(t.seqByPre, pos, s);
@@ -1679,7 +1680,7 @@ class NodeKernelEmitter {
 public:
   NodeKernelEmitter(Emitter &e, KernelOp kernel, const Abi &abi,
                     ArrayRef<std::pair<Value, unsigned>> stores)
-      : e(e), b(e.b), ix(e), t(*abi.tree), kernel(kernel), abi(abi),
+      : e(e), b(e.b), ix(e), t(*abi.tree), kernel(kernel),
         stores(stores) {}
 
   void emit(Value unit) {
@@ -1853,7 +1854,6 @@ private:
   IndexOps ix;
   const Abi::TreeScratch &t;
   KernelOp kernel;
-  const Abi &abi;
   ArrayRef<std::pair<Value, unsigned>> stores;
   Value node;
   DenseMap<Value, Value> memo;

@@ -316,8 +316,8 @@ int realMain() {
           it != batch->params.end())
         aggregation = int(it->second);
       if (aggregation < 0 || aggregation > 3 ||
-          batch->params.count("aggregation") &&
-              batch->params["aggregation"] != aggregation)
+          (batch->params.count("aggregation") &&
+           batch->params["aggregation"] != aggregation))
         return fail("the parameter 'aggregation' must be 0 (token-mean), 1 "
                     "(seq-mean-token-mean), 2 (seq-mean-token-sum) or 3 "
                     "(seq-mean-token-sum-norm)");

@@ -23,6 +23,10 @@
 # DEVICE=cpu checks the script itself on a machine without a GPU (then the
 # two runs of step 2 are the same computation). Logs go to $OUT (or /tmp).
 # Exit status 0 only if every step ran and agreed.
+#
+# `run.sh main` instead trains the embedded default (examples/arith/train.cac
+# with the staged grpo bundle) on $DEVICE and prints its accuracy before and
+# after RL and its time per phase, for docs/benchmarks.md.
 set -uo pipefail
 out=${OUT:-/tmp}
 py=${PYTHON:-$(command -v python3)}
@@ -53,6 +57,28 @@ fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 status=0
+
+if [ "${1:-}" = main ]; then
+  sed "s|^  estimator *=.*|  estimator = bundle(\"$bundles/grpo\")|" examples/arith/train.cac \
+    >"$work/train.cac"
+  "$run" "$work/train.cac" --device "$device" --out "$work/main" --no-progress \
+    >"$out/main.log" 2>&1 || { echo "the embedded default on $device failed:"; tail -20 "$out/main.log"; exit 1; }
+  cp "$work/main/metrics.jsonl" "$out/main-metrics.jsonl"
+  grep -h "device \|done in" "$out/main.log"
+  $py - "$work/main/metrics.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+sft = [r for r in rows if r.get("phase") == "sft"]
+rl = [r for r in rows if r.get("phase") == "rl"]
+t = lambda rs, k: sum(r.get(k, 0) for r in rs)
+print(f"SFT: {len(sft)} steps, {t(sft, 'time_step_s'):.1f} s; RL: {len(rl)} steps, "
+      f"{t(rl, 'time_step_s'):.1f} s (generation {t(rl, 'time_gen_s'):.1f}, scoring "
+      f"{t(rl, 'time_score_s'):.1f}, estimator {t(rl, 'time_estimator_s'):.3f}, update "
+      f"{t(rl, 'time_update_s'):.1f}); estimator share of RL step time "
+      f"{100 * t(rl, 'time_estimator_s') / max(t(rl, 'time_step_s'), 1e-9):.2f}%")
+PY
+  exit 0
+fi
 
 # tiny NAME BUNDLE ESTIMATOR-ARGS CRITIC ROLLOUT EXTRA: a training file of
 # 150 SFT steps and one RL step.

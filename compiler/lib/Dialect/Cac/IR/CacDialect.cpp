@@ -246,7 +246,8 @@ LogicalResult ShiftOp::verify() {
     return emitOpError("shifts along token or seg values");
   if (getFill().getType() != t || getResult().getType() != t)
     return emitOpError("fill and result must have the operand's type");
-  if (getOffset() != 1 && getOffset() != -1)
+  int64_t offset = static_cast<int64_t>(getOffset());
+  if (offset != 1 && offset != -1)
     return emitOpError("offset must be 1 or -1");
   return success();
 }
