@@ -20,6 +20,7 @@
 #include "cac/Runtime/Train/Rollouts.h"
 #include "cac/Runtime/Train/TwoOperandTask.h"
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/cuda.h>
 #include <torch/nn/utils/clip_grad.h>
 #include <torch/optim/adamw.h>
@@ -1997,6 +1998,11 @@ Trainer::Trainer(TrainConfig config, TrainerOptions options)
     : impl_(std::make_unique<Impl>()) {
   impl_->cfg = std::move(config);
   impl_->opts = std::move(options);
+  // The process's current CUDA device is the run's, so that nothing (the
+  // caching allocator, NCCL, a kernel launched without a guard) makes a
+  // context on GPU 0 in every worker of a node.
+  if (impl_->opts.device.is_cuda())
+    c10::impl::getDeviceGuardImpl(c10::kCUDA)->setDevice(impl_->opts.device);
   if (impl_->cfg.rollout.kind == RolloutSpec::Kind::Tree)
     impl_->replay = ReplayBuffer(impl_->cfg.rollout.replaySteps,
                                  impl_->cfg.rollout.replayTake);
