@@ -20,24 +20,33 @@ for backend in cpu eager; do
   python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$methods" \
     --backend "$backend" --seeds 1-6 --max-len 4096 --stdlib stdlib || status=1
 done
-# The GPU's block-per-sequence kernels, their threads simulated by CPU threads
-# (`--backend gpu-sim`), against the same reference: blocks of 64 threads (two
-# warps, so the block scan's cross-warp step runs) with 2 tokens per thread,
-# and blocks of 4 threads with 3 tokens (many tiles, positions past the end).
+# The GPU's block-per-sequence kernels, their threads simulated on the CPU
+# (`--backend gpu-sim`), against the same reference: the GPU's default blocks
+# (256 threads x 4 tokens, eight warps), blocks of 64 threads (two warps, so
+# the block scan's cross-warp step runs) with 2 tokens per thread, and blocks
+# of 4 threads with 3 tokens (many tiles, positions past the end).
+python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$methods" \
+  --backend gpu-sim --seeds 1-6 --max-len 4096 --stdlib stdlib || status=1
 python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$methods" \
   --backend gpu-sim --seeds 1-6 --max-len 4096 --stdlib stdlib \
   --cac-arg=--seq-block=64 --cac-arg=--seq-items=2 || status=1
 python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$methods" \
   --backend gpu-sim --seeds 7-9 --max-len 1024 --stdlib stdlib \
   --cac-arg=--seq-block=4 --cac-arg=--seq-items=3 || status=1
-# (check_objective runs the objectives' gpu-sim kernels too.)
+# (check_objective runs the objectives' gpu-sim kernels too: blocks of 8
+# threads x 2 tokens, then the GPU's default 256 x 4.)
 python3 test/reference/check_objective.py --cac "$BUILD/bin/cac" --seeds 1-3 \
   --max-len 512 || status=1
-# Observation tokens (tool output): estimators and objectives see the actions only.
+python3 test/reference/check_objective.py --cac "$BUILD/bin/cac" --seeds 4-5 \
+  --max-len 2048 --sim-block 256 --sim-items 4 || status=1
+# Observation tokens (tool output): estimators and objectives see the actions
+# only (gpu-sim: blocks of 32 threads, then the default 256).
 for backend in cpu eager gpu-sim; do
   python3 test/reference/check_obs.py --cac "$BUILD/bin/cac" --backend "$backend" \
     --seeds 1-3 --cac-arg=--seq-block=32 || status=1
 done
+python3 test/reference/check_obs.py --cac "$BUILD/bin/cac" --backend gpu-sim \
+  --seeds 4-6 || status=1
 # The GPU machine's training check (runtime/tools/cac-run/gpu-check/run.sh)
 # on the CPU, so that it keeps working between GPU sessions: ten methods'
 # first RL step resumed from an SFT checkpoint twice (the same metrics), an

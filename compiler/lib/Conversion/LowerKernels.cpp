@@ -422,8 +422,9 @@ struct Loop {
 
 /// The threads of a block that work on one unit together. On the GPU they
 /// are the block's threads, with shared memory and bar.sync; in the CPU
-/// simulation (target cuda-sim) they are OS threads that run the same
-/// function, each with its own `tid`, and meet in `cac_sim_barrier`.
+/// simulation (target cuda-sim) they are simulated threads (cac::
+/// simulateBlock) that run the same function, each with its own `tid`, and
+/// meet in `cac_sim_barrier`.
 struct BlockThreads {
   int64_t size = 0;  ///< threads per block, a power of 2
   int64_t items = 1; ///< consecutive tokens per thread in a tile

@@ -3,11 +3,12 @@
 #include "cac/Eval/Runner.h"
 #include "cac/Conversion/BlockKernels.h"
 
+#include "llvm/ADT/ScopeExit.h"
 #include "llvm/Support/JSON.h"
 
-#include <condition_variable>
-#include <mutex>
-#include <thread>
+#include <sys/mman.h>
+#include <ucontext.h>
+#include <unistd.h>
 
 using namespace cac;
 
@@ -84,72 +85,154 @@ llvm::Expected<ManifestInfo> cac::parseManifest(llvm::StringRef json) {
 
 namespace {
 
-/// Where the simulated threads of a block meet. A thread that returns while
-/// others wait (or that waits after another returned) means the block's
-/// threads reached different barriers, which on a GPU is undefined: it is
-/// recorded, and nobody waits any more.
-class SimBarrier {
+/// The threads of one simulated GPU block, run cooperatively on the calling
+/// OS thread: each has its own stack (ucontext), runs until it reaches a
+/// barrier or returns, and the next one runs. When every live thread waits
+/// at a barrier the round is over and all go on; a round in which some
+/// returned while others wait means the block's threads reached different
+/// barriers, which on a GPU is undefined. Each round runs the threads in
+/// another pseudo-random order (fixed by the round's number), so that a
+/// missing barrier between one thread's write and another's read shows up
+/// as a wrong result rather than depending on the order.
+class SimBlock {
 public:
-  explicit SimBarrier(int64_t threads) : threads(threads) {}
+  SimBlock(int64_t threads,
+           llvm::function_ref<void(int64_t tid, void *barrier)> body)
+      : body(body), sims(size_t(threads)), order(size_t(threads)) {}
+  ~SimBlock() {
+    for (Sim &s : sims)
+      if (s.stack)
+        munmap(s.stack, kStackBytes + pageBytes());
+  }
+
+  /// Runs every thread to its end; false when they reached different
+  /// barriers.
+  llvm::Expected<bool> run() {
+    SimBlock *outer = active;
+    active = this;
+    auto restore = llvm::make_scope_exit([&] { active = outer; });
+    for (size_t i = 0; i < sims.size(); ++i) {
+      Sim &s = sims[i];
+      size_t page = pageBytes();
+      void *mem = mmap(nullptr, kStackBytes + page, PROT_READ | PROT_WRITE,
+                       MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+      if (mem == MAP_FAILED)
+        return err("gpu-sim: cannot map a stack for simulated thread " +
+                   std::to_string(i));
+      s.stack = mem;
+      mprotect(mem, page, PROT_NONE); // a guard page below the stack
+      getcontext(&s.ctx);
+      s.ctx.uc_stack.ss_sp = static_cast<char *>(mem) + page;
+      s.ctx.uc_stack.ss_size = kStackBytes;
+      s.ctx.uc_link = &scheduler;
+      makecontext(&s.ctx, &SimBlock::entry, 0);
+      order[i] = i;
+    }
+    uint64_t state = 0x9e3779b97f4a7c15ULL;
+    for (;;) {
+      // Fisher-Yates with xorshift64: another order each round.
+      for (size_t i = order.size(); i > 1; --i) {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        std::swap(order[i - 1], order[size_t(state % i)]);
+      }
+      size_t waiting = 0, exited = 0;
+      for (size_t i : order) {
+        Sim &s = sims[i];
+        if (s.state == State::Exited) {
+          ++exited;
+          continue;
+        }
+        current = i;
+        s.state = State::Running;
+        swapcontext(&scheduler, &s.ctx);
+        if (s.state == State::Waiting)
+          ++waiting;
+        else
+          ++exited;
+      }
+      if (waiting == 0)
+        return true;
+      if (exited > 0)
+        return false; // the waiting threads are abandoned with their stacks
+    }
+  }
+
+  /// `cac_sim_barrier`: back to the scheduler until the round is over.
   void wait() {
-    std::unique_lock<std::mutex> lock(m);
-    if (exited > 0) {
-      mismatch = true;
-      return;
-    }
-    int64_t gen = generation;
-    if (++waiting == threads) {
-      waiting = 0;
-      ++generation;
-      cv.notify_all();
-      return;
-    }
-    cv.wait(lock, [&] { return gen != generation || exited > 0; });
-    if (gen == generation)
-      mismatch = true;
+    Sim &s = sims[current];
+    s.state = State::Waiting;
+    swapcontext(&s.ctx, &scheduler);
   }
-  void exit() {
-    std::lock_guard<std::mutex> lock(m);
-    ++exited;
-    if (waiting > 0)
-      mismatch = true;
-    cv.notify_all();
-  }
-  bool mismatched() const { return mismatch; }
 
 private:
-  std::mutex m;
-  std::condition_variable cv;
-  int64_t threads, waiting = 0, generation = 0, exited = 0;
-  bool mismatch = false;
+  enum class State { Ready, Running, Waiting, Exited };
+  struct Sim {
+    ucontext_t ctx;
+    void *stack = nullptr;
+    State state = State::Ready;
+  };
+  // The kernels keep a few scalars per thread; 256 KiB is far more than
+  // they use, mapped lazily.
+  static constexpr size_t kStackBytes = size_t(256) << 10;
+  static size_t pageBytes() { return size_t(sysconf(_SC_PAGESIZE)); }
+
+  static void entry() {
+    SimBlock &b = *active;
+    size_t tid = b.current;
+    b.body(int64_t(tid), &b);
+    b.sims[tid].state = State::Exited; // uc_link returns to the scheduler
+  }
+
+  static thread_local SimBlock *active;
+  llvm::function_ref<void(int64_t, void *)> body;
+  std::vector<Sim> sims;
+  std::vector<size_t> order;
+  ucontext_t scheduler;
+  size_t current = 0;
 };
 
+thread_local SimBlock *SimBlock::active = nullptr;
+
 /// `cac_sim_barrier(ptr)` of the simulated kernels.
-void simBarrier(void *barrier) { static_cast<SimBarrier *>(barrier)->wait(); }
+void simBarrier(void *block) { static_cast<SimBlock *>(block)->wait(); }
 
 using BlockFn = void (*)(void **, int64_t, void *, void *);
 
-/// Runs a block kernel's units with `threads` OS threads, as one GPU block
-/// runs each unit (the function loops over the units itself).
+/// Runs a block kernel's units with its `block` simulated threads, as one
+/// GPU block runs each unit (the function loops over the units itself).
 llvm::Error simulateBlocks(const ManifestInfo::KernelInfo &k, BlockFn fn,
                            void **argv) {
-  SimBarrier barrier(k.block);
   // The shared memory of the block, in elements of at most 8 bytes.
   std::vector<double> shared(size_t(blockSharedElements(k.block)));
-  std::vector<std::thread> threads;
-  threads.reserve(size_t(k.block));
-  for (int64_t tid = 0; tid < k.block; ++tid)
-    threads.emplace_back([&, tid] {
-      fn(argv, tid, shared.data(), &barrier);
-      barrier.exit();
-    });
-  for (std::thread &t : threads)
-    t.join();
-  if (barrier.mismatched())
-    return err("kernel '" + k.name +
-               "': the threads of a block reached different barriers");
+  if (auto e = simulateBlock(k.block, [&](int64_t tid, void *barrier) {
+        fn(argv, tid, shared.data(), barrier);
+      }))
+    return llvm::make_error<llvm::StringError>(
+        "kernel '" + k.name + "': " + llvm::toString(std::move(e)),
+        llvm::inconvertibleErrorCode());
   return llvm::Error::success();
 }
+
+} // namespace
+
+llvm::Error cac::simulateBlock(
+    int64_t threads, llvm::function_ref<void(int64_t tid, void *barrier)> body) {
+  if (threads < 1)
+    return err("gpu-sim: a block needs at least one thread");
+  SimBlock block(threads, body);
+  llvm::Expected<bool> same = block.run();
+  if (!same)
+    return same.takeError();
+  if (!*same)
+    return err("the threads of a block reached different barriers");
+  return llvm::Error::success();
+}
+
+void cac::simulationBarrier(void *barrier) { simBarrier(barrier); }
+
+namespace {
 
 template <typename T>
 llvm::Expected<std::vector<OutputArray>>

@@ -22,8 +22,9 @@ def CacLowerKernels : Pass<"cac-lower-kernels", "::mlir::ModuleOp"> {
     reductions as block-wide trees; `seq-block=0` keeps one thread per
     sequence), `group` and `node` kernels one thread per unit. With
     `target=cuda-sim` the block kernels are CPU functions
-    `@NAME(%params, %tid, %shared, %barrier)` that OS threads run together,
-    meeting at `cac_sim_barrier` (`cac eval --backend gpu-sim`), so the GPU's
+    `@NAME(%params, %tid, %shared, %barrier)` that the block's simulated
+    threads run, meeting at `cac_sim_barrier` (`cac eval --backend gpu-sim`,
+    cac::simulateBlock), so the GPU's
     block algorithms are tested without a GPU. The module gets a
     `cac.manifest` attribute: the JSON manifest of the bundle.
   }];

@@ -44,7 +44,7 @@ llvm::Expected<ManifestInfo> parseManifest(llvm::StringRef json);
 /// kernel name to its entry: `void(void**)` for a kernel with one thread per
 /// unit, run over all units; for a block kernel of the GPU simulation
 /// (target cuda-sim), `void(void**, int64_t tid, void *shared, void
-/// *barrier)`, run by `block` threads at once that meet in
+/// *barrier)`, run by `block` simulated threads (simulateBlock) that meet in
 /// `cac_sim_barrier`. Returns the outputs in manifest order. Checks that
 /// every input of the manifest is in the batch, and that the threads of a
 /// block reach the same barriers.
@@ -55,6 +55,16 @@ runCpuKernels(const ManifestInfo &manifest,
 
 /// The host functions that simulated block kernels call, for the JIT.
 std::vector<std::pair<llvm::StringRef, void *>> simulationSymbols();
+
+/// Runs `threads` simulated threads of one GPU block cooperatively on the
+/// calling OS thread: `body(tid, barrier)` for each, where a call of
+/// `simulationBarrier(barrier)` (the kernels' `cac_sim_barrier`) returns once
+/// every thread of the block has reached it. Fails when the threads reached
+/// different barriers (some returned while others waited).
+llvm::Error simulateBlock(int64_t threads,
+                          llvm::function_ref<void(int64_t tid, void *barrier)>
+                              body);
+void simulationBarrier(void *barrier);
 
 } // namespace cac
 
