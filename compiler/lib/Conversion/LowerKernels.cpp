@@ -242,7 +242,7 @@ public:
       }
     }
     if (auto cmp = dyn_cast<CmpOp>(op)) {
-      arith::CmpFPredicate p;
+      arith::CmpFPredicate p = arith::CmpFPredicate::OEQ; // set below
       switch (cmp.getPredicate()) {
       case CmpPredicate::LT:
         p = arith::CmpFPredicate::OLT;
