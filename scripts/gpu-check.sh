@@ -22,6 +22,8 @@
 #     main   the embedded default (examples/arith/train.cac) trained on the
 #            GPU: accuracy before and after RL, time per phase (not run by
 #            default)
+#     gen    generation tokens/s with and without the KV cache, on the GPU
+#            and on the CPU (bench/generation; not run by default)
 # Each step's logs and output go to $OUT (or /tmp/cac-gpu-check); the exit
 # status is 0 only if every step asked for passed. Each step fits the device
 # tool's 10-minute command limit on 16 cores; run them in separate calls if
@@ -43,7 +45,8 @@ for s in "${steps[@]}"; do
            --iters 30 || status=1 ;;
   train | nccl) runtime/tools/cac-run/gpu-check/run.sh || status=1 ;;
   main) runtime/tools/cac-run/gpu-check/run.sh main || status=1 ;;
-  *) echo "unknown step '$s' (tests, bench, train, main)"; status=2 ;;
+  gen) runtime/tools/cac-run/gpu-check/run.sh gen || status=1 ;;
+  *) echo "unknown step '$s' (tests, bench, train, main, gen)"; status=2 ;;
   esac
 done
 exit $status

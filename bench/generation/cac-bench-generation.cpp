@@ -3,6 +3,7 @@
 // cac-bench-generation [--models tiny,small,medium] [--prompts 64]
 //                      [--samples 8] [--prompt-len 12] [--new 24,128]
 //                      [--threads N] [--iters K] [--no-uncached]
+//                      [--device cpu|cuda|cuda:N]
 //
 // Times batched sampling (cac::rt::generate, what cac-run's rollouts call)
 // of randomly initialized models of the built-in shapes, with the KV cache
@@ -22,7 +23,9 @@
 // Both modes sample with the same seed; the "same tokens" column is the
 // fraction of generated tokens that agree (the two modes compute the same
 // logits up to float rounding, so it should be 1 or very near it). A
-// benchmark, not a test.
+// benchmark, not a test. --device cuda runs the models on a GPU (a CUDA
+// LibTorch): the sampled tokens come back to the host every step, as in
+// cac-run, so the wall times include that synchronisation.
 //
 //===----------------------------------------------------------------------===//
 
@@ -32,6 +35,7 @@
 #include "cac/Runtime/Model/Generation.h"
 #include "cac/Runtime/Model/Transformer.h"
 
+#include <torch/cuda.h>
 #include <torch/torch.h>
 
 #include <algorithm>
@@ -39,6 +43,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <optional>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -94,7 +99,8 @@ double medianSeconds(int iters, const std::function<void()> &fn) {
   std::fprintf(stderr,
                "usage: cac-bench-generation [--models tiny,small,medium] "
                "[--prompts N] [--samples N] [--prompt-len N] [--new N,M] "
-               "[--threads N] [--iters K] [--no-uncached]\n");
+               "[--threads N] [--iters K] [--no-uncached] "
+               "[--device cpu|cuda|cuda:N]\n");
   std::exit(2);
 }
 
@@ -115,6 +121,7 @@ int main(int argc, char **argv) {
   int threads = static_cast<int>(std::thread::hardware_concurrency());
   int iters = 3;
   bool uncached = true;
+  std::string deviceName = "cpu";
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -140,16 +147,31 @@ int main(int argc, char **argv) {
       iters = static_cast<int>(positive(next()));
     else if (a == "--no-uncached")
       uncached = false;
+    else if (a == "--device")
+      deviceName = next();
     else
       usage();
+  }
+  std::optional<at::Device> device;
+  try {
+    device.emplace(deviceName);
+  } catch (const std::exception &) {
+  }
+  if (!device || !(device->is_cpu() || device->is_cuda()))
+    usage();
+  if (device->is_cuda() && !torch::cuda::is_available()) {
+    std::fprintf(stderr, "--device %s: this LibTorch sees no CUDA device\n",
+                 deviceName.c_str());
+    return 2;
   }
   setCpuThreads(std::max(threads, 1), /*blas=*/false);
   torch::NoGradGuard noGrad;
 
-  std::printf("%lld prompts x %lld samples, prompt %lld tokens, %d threads, "
-              "median of %d after a warm-up\n\n",
+  std::printf("%lld prompts x %lld samples, prompt %lld tokens, device %s, "
+              "%d CPU threads, median of %d after a warm-up\n\n",
               static_cast<long long>(prompts), static_cast<long long>(samples),
-              static_cast<long long>(promptLen), at::get_num_threads(), iters);
+              static_cast<long long>(promptLen), device->str().c_str(),
+              at::get_num_threads(), iters);
   std::printf("| model | parameters | rows | new tokens | cached s | cached "
               "tok/s | uncached s | uncached tok/s | cached / uncached | same "
               "tokens |\n");
@@ -159,6 +181,7 @@ int main(int argc, char **argv) {
     ModelConfig cfg = modelConfig(name);
     torch::manual_seed(1);
     TransformerLM model(cfg);
+    model->to(*device);
     model->eval();
     at::Generator promptGen = makeGenerator(7);
     std::vector<std::vector<int64_t>> promptIds;

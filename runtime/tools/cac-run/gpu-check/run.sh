@@ -26,7 +26,9 @@
 #
 # `run.sh main` instead trains the embedded default (examples/arith/train.cac
 # with the staged grpo bundle) on $DEVICE and prints its accuracy before and
-# after RL and its time per phase, for docs/benchmarks.md.
+# after RL and its time per phase, for docs/benchmarks.md. `run.sh gen`
+# builds bench/generation and prints generation tokens/s with and without the
+# KV cache on $DEVICE and on the CPU, for docs/benchmarks.md.
 set -uo pipefail
 out=${OUT:-/tmp}
 py=${PYTHON:-$(command -v python3)}
@@ -49,7 +51,9 @@ else
     ${prefix:+-DCMAKE_PREFIX_PATH="$prefix"} >"$out/configure.log" 2>&1 ||
     { tail -60 "$out/configure.log"; exit 1; }
   grep "cac_runtime_train" "$out/configure.log"
-  ninja -C "$build" cac-run >"$out/build.log" 2>&1 ||
+  target=cac-run
+  [ "${1:-}" = gen ] && target=cac-bench-generation
+  ninja -C "$build" $target >"$out/build.log" 2>&1 ||
     { grep -A12 "error" "$out/build.log" | head -80; exit 1; }
   export LD_LIBRARY_PATH=$torchlib:${LD_LIBRARY_PATH:-}
   run=$build/bin/cac-run
@@ -57,6 +61,16 @@ fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 status=0
+
+if [ "${1:-}" = gen ]; then
+  [ -n "${CAC_RUN:-}" ] && gen=$(dirname "$CAC_RUN")/cac-bench-generation ||
+    gen=$build/bench-generation/cac-bench-generation
+  for d in "$device" cpu; do
+    echo "== generation on $d"
+    "$gen" --device "$d" ${GEN_ARGS:-} | tee "$out/generation-${d//:/}.md" || exit 1
+  done
+  exit 0
+fi
 
 if [ "${1:-}" = main ]; then
   sed "s|^  estimator *=.*|  estimator = bundle(\"$bundles/grpo\")|" examples/arith/train.cac \
