@@ -64,7 +64,7 @@ status=0
 
 if [ "${1:-}" = gen ]; then
   [ -n "${CAC_RUN:-}" ] && gen=$(dirname "$CAC_RUN")/cac-bench-generation ||
-    gen=$build/bench-generation/cac-bench-generation
+    gen=$build/bin/cac-bench-generation
   for d in "$device" cpu; do
     echo "== generation on $d"
     "$gen" --device "$d" ${GEN_ARGS:-} | tee "$out/generation-${d//:/}.md" || exit 1
