@@ -14,8 +14,11 @@ if [ "${1:-}" = --bench ]; then
 fi
 out=${OUT:-/tmp}
 py=$(command -v python3)
-prefix=$($py -c "import torch; print(torch.utils.cmake_prefix_path)")
-torchlib=$(dirname "$($py -c "import torch; print(torch.__file__)")")/lib
+# TORCH_PREFIX (a LibTorch's CMake prefix, empty for a system one) and
+# TORCH_LIB override what the Python torch says (a dry run of this build on a
+# machine without it: TORCH_PREFIX= TORCH_LIB=/usr/lib/x86_64-linux-gnu).
+prefix=${TORCH_PREFIX-$($py -c "import torch; print(torch.utils.cmake_prefix_path)")}
+torchlib=${TORCH_LIB-$(dirname "$($py -c "import torch; print(torch.__file__)")")/lib}
 export PATH=/usr/local/cuda/bin:$PATH
 build=${BUILD:-/tmp/cac-kernels-gpu}
 bundles=""
@@ -23,7 +26,7 @@ bundles=""
 cmake -S test/Unit/Kernels/gpu-check -B "$build" -G Ninja \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCAC_GPU_DEPS="$PWD/.gpu-deps" \
   -DCAC_TEST_STDLIB_BUNDLES="$bundles" \
-  -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
+  ${prefix:+-DCMAKE_PREFIX_PATH="$prefix"} -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
   >"$out/configure.log" 2>&1 || { tail -60 "$out/configure.log"; exit 1; }
 grep "cac_runtime_kernels" "$out/configure.log"
 target=cac-runtime-kernels-tests
