@@ -2085,6 +2085,7 @@ struct LowerKernelsPass
 
   static constexpr const char *kSharedName = "cac_shared";
   static constexpr const char *kSimBarrier = cac::kSimBarrierSymbol;
+  static constexpr const char *kSimWarpBarrier = cac::kSimWarpBarrierSymbol;
 
   /// What block kernels use: on the GPU a shared-memory array in the
   /// gpu.module; in the simulation the barrier function's declaration.
@@ -2103,10 +2104,11 @@ struct LowerKernelsPass
       return;
     }
     OpBuilder b = OpBuilder::atBlockBegin(module.getBody());
-    b.create<LLVM::LLVMFuncOp>(
-        loc, kSimBarrier,
-        LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(b.getContext()),
-                                    {ptrTy}));
+    for (const char *name : {kSimBarrier, kSimWarpBarrier})
+      b.create<LLVM::LLVMFuncOp>(
+          loc, name,
+          LLVM::LLVMFunctionType::get(LLVM::LLVMVoidType::get(b.getContext()),
+                                      {ptrTy}));
   }
 
   Type argType(OpBuilder &b, const AbiArg &a, Type ft) {
@@ -2169,10 +2171,17 @@ struct LowerKernelsPass
                                 ValueRange{bar});
       };
       // A shuffle through the exchange area of shared memory: each thread
-      // writes its value, and after a barrier reads its source lane's
-      // (another barrier before the area is written again).
-      threads.shuffle = [&lb, loc, &threads, ft](Value v, int64_t delta,
-                                                 bool xorMode) -> Value {
+      // writes its value, and after a barrier of its warp reads its source
+      // lane's (another warp barrier before the area is written again). Only
+      // the warp waits, as on the GPU, so a block barrier that the kernel
+      // needs is not supplied by its shuffles.
+      auto warpBarrier = [&lb, loc, bar] {
+        lb.create<LLVM::CallOp>(loc, TypeRange{}, kSimWarpBarrier,
+                                ValueRange{bar});
+      };
+      threads.shuffle = [&lb, loc, &threads, ft,
+                         warpBarrier](Value v, int64_t delta,
+                                      bool xorMode) -> Value {
         auto i64 = [&](int64_t x) -> Value {
           return lb.create<arith::ConstantOp>(loc, lb.getI64IntegerAttr(x));
         };
@@ -2185,7 +2194,7 @@ struct LowerKernelsPass
                                         ValueRange{i});
         };
         lb.create<LLVM::StoreOp>(loc, v, at(tid));
-        threads.barrier();
+        warpBarrier();
         Value lane = lb.create<arith::RemSIOp>(loc, tid, i64(threads.warp()));
         Value src, valid;
         if (xorMode) {
@@ -2199,7 +2208,7 @@ struct LowerKernelsPass
               tid);
         }
         Value r = lb.create<LLVM::LoadOp>(loc, ft, at(src));
-        threads.barrier();
+        warpBarrier();
         return lb.create<arith::SelectOp>(loc, valid, r, v);
       };
       body(lb, args, loop.getInductionVar(), &threads);

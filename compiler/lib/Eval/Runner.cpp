@@ -87,13 +87,16 @@ namespace {
 
 /// The threads of one simulated GPU block, run cooperatively on the calling
 /// OS thread: each has its own stack (ucontext), runs until it reaches a
-/// barrier or returns, and the next one runs. When every live thread waits
-/// at a barrier the round is over and all go on; a round in which some
-/// returned while others wait means the block's threads reached different
-/// barriers, which on a GPU is undefined. Each round runs the threads in
-/// another pseudo-random order (fixed by the round's number), so that a
-/// missing barrier between one thread's write and another's read shows up
-/// as a wrong result rather than depending on the order.
+/// barrier or returns, and the next one runs. A warp barrier (inside a
+/// shuffle) releases a warp once all its threads wait there; a block barrier
+/// releases the block once every thread waits there. When nothing can be
+/// released and not every thread has returned, the threads reached
+/// different barriers (some returned, or a warp is split between barriers),
+/// which on a GPU is undefined or a deadlock. The next thread to run is
+/// picked at random (a fixed sequence) among the ready ones, and a warp is
+/// ready again as soon as its warp barrier is complete, so warps run ahead
+/// of each other as on the GPU: a missing block barrier between one
+/// thread's write and another's read shows up as a wrong result.
 class SimBlock {
 public:
   SimBlock(int64_t threads,
@@ -128,46 +131,71 @@ public:
       makecontext(&s.ctx, &SimBlock::entry, 0);
       order[i] = i;
     }
+    const size_t n = sims.size(), warp = std::min<size_t>(32, n);
+    std::vector<size_t> ready(order);
     uint64_t state = 0x9e3779b97f4a7c15ULL;
+    auto random = [&] { // xorshift64
+      state ^= state << 13;
+      state ^= state >> 7;
+      state ^= state << 17;
+      return state;
+    };
     for (;;) {
-      // Fisher-Yates with xorshift64: another order each round.
-      for (size_t i = order.size(); i > 1; --i) {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        std::swap(order[i - 1], order[size_t(state % i)]);
-      }
-      size_t waiting = 0, exited = 0;
-      for (size_t i : order) {
+      // Run a random ready thread to its next barrier or its end; a warp
+      // whose threads all wait at a warp barrier is ready again at once, so
+      // it may run ahead of the block's other warps, as on the GPU.
+      while (!ready.empty()) {
+        size_t k = size_t(random() % ready.size());
+        size_t i = ready[k];
+        ready[k] = ready.back();
+        ready.pop_back();
         Sim &s = sims[i];
-        if (s.state == State::Exited) {
-          ++exited;
-          continue;
-        }
         current = i;
         s.state = State::Running;
-        swapcontext(&scheduler, &s.ctx);
-        if (s.state == State::Waiting)
-          ++waiting;
-        else
-          ++exited;
+        swapcontext(&scheduler, &s.ctx); // back at a barrier or the end
+        if (s.state != State::AtWarp)
+          continue;
+        size_t w = i - i % warp, end = std::min(n, w + warp);
+        bool all = true;
+        for (size_t t = w; t < end && all; ++t)
+          all = sims[t].state == State::AtWarp;
+        if (all)
+          for (size_t t = w; t < end; ++t) {
+            sims[t].state = State::Ready;
+            ready.push_back(t);
+          }
       }
-      if (waiting == 0)
+      size_t atBlock = 0, exited = 0;
+      for (const Sim &s : sims) {
+        atBlock += s.state == State::AtBlock;
+        exited += s.state == State::Exited;
+      }
+      if (exited == n)
         return true;
-      if (exited > 0)
+      if (atBlock != n)
         return false; // the waiting threads are abandoned with their stacks
+      for (size_t t = 0; t < n; ++t) {
+        sims[t].state = State::Ready;
+        ready.push_back(t);
+      }
     }
   }
 
-  /// `cac_sim_barrier`: back to the scheduler until the round is over.
-  void wait() {
+  /// `cac_sim_barrier`: back to the scheduler until every thread of the
+  /// block waits here.
+  void waitBlock() { waitAs(State::AtBlock); }
+  /// `cac_sim_warp_barrier`: until every thread of the caller's warp does.
+  void waitWarp() { waitAs(State::AtWarp); }
+
+private:
+  enum class State { Ready, Running, AtBlock, AtWarp, Exited };
+
+  void waitAs(State at) {
     Sim &s = sims[current];
-    s.state = State::Waiting;
+    s.state = at;
     swapcontext(&s.ctx, &scheduler);
   }
 
-private:
-  enum class State { Ready, Running, Waiting, Exited };
   struct Sim {
     ucontext_t ctx;
     void *stack = nullptr;
@@ -195,8 +223,12 @@ private:
 
 thread_local SimBlock *SimBlock::active = nullptr;
 
-/// `cac_sim_barrier(ptr)` of the simulated kernels.
-void simBarrier(void *block) { static_cast<SimBlock *>(block)->wait(); }
+/// `cac_sim_barrier(ptr)` and `cac_sim_warp_barrier(ptr)` of the simulated
+/// kernels.
+void simBarrier(void *block) { static_cast<SimBlock *>(block)->waitBlock(); }
+void simWarpBarrier(void *block) {
+  static_cast<SimBlock *>(block)->waitWarp();
+}
 
 using BlockFn = void (*)(void **, int64_t, void *, void *);
 
@@ -231,6 +263,7 @@ llvm::Error cac::simulateBlock(
 }
 
 void cac::simulationBarrier(void *barrier) { simBarrier(barrier); }
+void cac::simulationWarpBarrier(void *barrier) { simWarpBarrier(barrier); }
 
 namespace {
 
@@ -358,7 +391,8 @@ runTyped(const ManifestInfo &m,
 } // namespace
 
 std::vector<std::pair<llvm::StringRef, void *>> cac::simulationSymbols() {
-  return {{kSimBarrierSymbol, reinterpret_cast<void *>(&simBarrier)}};
+  return {{kSimBarrierSymbol, reinterpret_cast<void *>(&simBarrier)},
+          {kSimWarpBarrierSymbol, reinterpret_cast<void *>(&simWarpBarrier)}};
 }
 
 llvm::Expected<std::vector<OutputArray>> cac::runCpuKernels(

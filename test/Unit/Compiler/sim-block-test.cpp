@@ -68,6 +68,42 @@ TEST(SimBlock, ThreadsKeepTheirLocalsAcrossBarriers) {
     EXPECT_EQ(sums[size_t(t)], 256 * t + 120) << "thread " << t;
 }
 
+// A warp barrier (inside a shuffle) waits for the caller's warp only: warp 0
+// exchanges values through several warp barriers while warp 1 already waits
+// at the block barrier, as on the GPU, where a shuffle does not synchronize
+// other warps. Lanes read their warp-mates' writes after it.
+TEST(SimBlock, WarpBarrierWaitsForTheWarpOnly) {
+  const int64_t n = 64;
+  std::vector<int64_t> slot(size_t(n), -1), got(size_t(n), -1);
+  std::string e = errorText(
+      cac::simulateBlock(n, [&](int64_t tid, void *barrier) {
+        if (tid < 32)
+          for (int r = 0; r < 4; ++r) {
+            slot[size_t(tid)] = r * 100 + tid;
+            cac::simulationWarpBarrier(barrier);
+            got[size_t(tid)] = slot[size_t(tid ^ 1)];
+            cac::simulationWarpBarrier(barrier);
+          }
+        cac::simulationBarrier(barrier);
+      }));
+  EXPECT_EQ(e, "");
+  for (int64_t t = 0; t < 32; ++t)
+    EXPECT_EQ(got[size_t(t)], 300 + (t ^ 1)) << "lane " << t;
+  // A block smaller than a warp is one warp.
+  EXPECT_EQ(errorText(cac::simulateBlock(8, [&](int64_t, void *barrier) {
+              cac::simulationWarpBarrier(barrier);
+            })),
+            "");
+  // A warp split between a warp barrier and a block barrier never meets.
+  EXPECT_EQ(errorText(cac::simulateBlock(64, [&](int64_t tid, void *barrier) {
+              if (tid == 5)
+                cac::simulationBarrier(barrier);
+              else
+                cac::simulationWarpBarrier(barrier);
+            })),
+            "the threads of a block reached different barriers");
+}
+
 // A thread that returns while the others wait at a barrier, or that waits at
 // one barrier more than the others: undefined on a GPU, an error here.
 TEST(SimBlock, DifferentBarriersAreAnError) {

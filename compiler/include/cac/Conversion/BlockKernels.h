@@ -29,6 +29,10 @@ inline bool isValidSeqItems(int64_t items) { return items >= 1 && items <= 16; }
 /// The host function `void(void *barrier)` that simulated block kernels
 /// call at each barrier.
 inline constexpr const char *kSimBarrierSymbol = "cac_sim_barrier";
+/// The one they call inside a warp shuffle: it waits for the threads of the
+/// caller's warp only (min(32, block) consecutive threads), as a shuffle
+/// synchronizes a warp and nothing else on the GPU.
+inline constexpr const char *kSimWarpBarrierSymbol = "cac_sim_warp_barrier";
 
 } // namespace cac
 

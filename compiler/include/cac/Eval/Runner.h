@@ -59,12 +59,16 @@ std::vector<std::pair<llvm::StringRef, void *>> simulationSymbols();
 /// Runs `threads` simulated threads of one GPU block cooperatively on the
 /// calling OS thread: `body(tid, barrier)` for each, where a call of
 /// `simulationBarrier(barrier)` (the kernels' `cac_sim_barrier`) returns once
-/// every thread of the block has reached it. Fails when the threads reached
-/// different barriers (some returned while others waited).
+/// every thread of the block has reached it, and `simulationWarpBarrier(
+/// barrier)` (`cac_sim_warp_barrier`, in a shuffle) once every thread of the
+/// caller's warp (min(32, threads) consecutive tids) has. Fails when the
+/// threads reached different barriers (some returned while others waited,
+/// or a warp split between barriers).
 llvm::Error simulateBlock(int64_t threads,
                           llvm::function_ref<void(int64_t tid, void *barrier)>
                               body);
 void simulationBarrier(void *barrier);
+void simulationWarpBarrier(void *barrier);
 
 } // namespace cac
 
