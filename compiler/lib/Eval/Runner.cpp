@@ -6,6 +6,7 @@
 #include "llvm/ADT/ScopeExit.h"
 #include "llvm/Support/JSON.h"
 
+#include <numeric>
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -101,7 +102,7 @@ class SimBlock {
 public:
   SimBlock(int64_t threads,
            llvm::function_ref<void(int64_t tid, void *barrier)> body)
-      : body(body), sims(size_t(threads)), order(size_t(threads)) {}
+      : body(body), sims(size_t(threads)) {}
   ~SimBlock() {
     for (Sim &s : sims)
       if (s.stack)
@@ -129,10 +130,10 @@ public:
       s.ctx.uc_stack.ss_size = kStackBytes;
       s.ctx.uc_link = &scheduler;
       makecontext(&s.ctx, &SimBlock::entry, 0);
-      order[i] = i;
     }
     const size_t n = sims.size(), warp = std::min<size_t>(32, n);
-    std::vector<size_t> ready(order);
+    std::vector<size_t> ready(n);
+    std::iota(ready.begin(), ready.end(), size_t(0));
     uint64_t state = 0x9e3779b97f4a7c15ULL;
     auto random = [&] { // xorshift64
       state ^= state << 13;
@@ -216,7 +217,6 @@ private:
   static thread_local SimBlock *active;
   llvm::function_ref<void(int64_t, void *)> body;
   std::vector<Sim> sims;
-  std::vector<size_t> order;
   ucontext_t scheduler;
   size_t current = 0;
 };
