@@ -398,6 +398,17 @@ double ArithmeticTask::reward(const Problem &problem,
   return a && answersMatch(*a, problem.answer) ? 1.0 : 0.0;
 }
 
+std::string ArithmeticTask::breakLines(std::string_view solution) {
+  std::string out;
+  out.reserve(solution.size() + 4);
+  for (char ch : solution) {
+    out.push_back(ch);
+    if (ch == '=')
+      out.push_back('\n');
+  }
+  return out;
+}
+
 int64_t ArithmeticTask::evaluate(std::string_view expression) {
   Parser p{expression};
   int64_t v = p.expr();

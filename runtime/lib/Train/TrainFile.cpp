@@ -825,7 +825,7 @@ bool parseTask(Checker &c, const Value &v, TaskSpec &t) {
   t.loc = v.loc;
   if (isCall(v, "arith")) {
     Args a(c, v,
-           {"min_level", "max_level", "digits", "ops", "steps",
+           {"min_level", "max_level", "digits", "ops", "steps", "lines",
             "eval_fraction"});
     a.integer("min_level", t.minLevel, 1, 5);
     a.integer("max_level", t.maxLevel, 1, 5);
@@ -833,6 +833,16 @@ bool parseTask(Checker &c, const Value &v, TaskSpec &t) {
     a.str("ops", t.ops);
     a.num("steps", t.steps, 0.0, 1.0);
     a.num("eval_fraction", t.evalFraction, 0.0, 0.9, true);
+    int64_t lines = 0;
+    a.integer("lines", lines, 0, 1);
+    t.lines = lines != 0;
+    if (t.lines && a.get("digits") && !(t.steps > 0.0)) {
+      c.diag().error(a.get("lines")->loc,
+                     "'lines' of 'arith' breaks stepped solutions into lines: "
+                     "with 'digits' it needs 'steps' > 0 (every solution is "
+                     "a bare answer otherwise)");
+      return false;
+    }
     if (a.get("ops") && (t.ops.empty() ||
                          t.ops.find_first_not_of("+-*") != std::string::npos)) {
       c.diag().error(a.get("ops")->loc, "'ops' of 'arith' must be a non-empty "

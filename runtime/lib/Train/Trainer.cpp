@@ -754,7 +754,8 @@ struct Trainer::Impl {
 
   std::string targetText(const Problem &p) const {
     if (arith || twoOp)
-      return p.solution;
+      return cfg.task.lines ? ArithmeticTask::breakLines(p.solution)
+                            : p.solution;
     return " " + p.solution;
   }
 

@@ -128,6 +128,15 @@ TEST(ArithmeticTask, RewardsAndExtraction) {
   EXPECT_EQ(ArithmeticTask::reward(p, "="), 0.0);
   EXPECT_EQ(ArithmeticTask::extractAnswer("1+2=-3"), some("-3"));
   EXPECT_EQ(ArithmeticTask::extractAnswer("1+2=-"), std::nullopt);
+  // One step a line; the answer and the reward are those of the same text
+  // without the breaks.
+  EXPECT_EQ(ArithmeticTask::breakLines("40+30+7+8=70+15=85"),
+            "40+30+7+8=\n70+15=\n85");
+  EXPECT_EQ(ArithmeticTask::breakLines("33"), "33");
+  EXPECT_EQ(ArithmeticTask::breakLines(""), "");
+  EXPECT_EQ(ArithmeticTask::reward(p, ArithmeticTask::breakLines("12+21=33")),
+            1.0);
+  EXPECT_EQ(ArithmeticTask::reward(p, "12+21=\n34"), 0.0);
   EXPECT_EQ(ArithmeticTask::evaluate("2+3*4"), 14);
   EXPECT_EQ(ArithmeticTask::evaluate("(2+3)*4"), 20);
   EXPECT_EQ(ArithmeticTask::evaluate("10-(4-1)"), 7);

@@ -1,7 +1,7 @@
 //===- plans-trainer-test.cpp - Short runs of every rollout plan ----------===//
 //
-// Each of SAPO, SPPO (critics), SPO-chain (chain plan), SPO-tree (tree plan)
-// and TreeAdv (forest plan) trains two RL steps of a model of a few thousand
+// Each of SAPO, SPPO (critics), SPO-chain and VinePPO (chain plan), SPO-tree
+// (tree plan) and TreeAdv (forest plan) trains two RL steps of a model of a few thousand
 // parameters: the run completes, logs finite losses, the critic's loss where
 // there is one, and the plan's token accounting (tree plans compute fewer
 // tokens than their flattened paths hold). Mismatches between the plan and
@@ -45,13 +45,14 @@ protected:
   }
 
   std::string source(const std::string &estimator, const std::string &critic,
-                     const std::string &rollout) const {
+                     const std::string &rollout,
+                     const std::string &task =
+                         "arith(min_level = 1, max_level = 1)") const {
     std::string est = (fs::path(bundlesDir()) / estimator).string();
     return "train tiny {\n"
            "  model = builtin(\"custom\", hidden = 16, layers = 1, heads = 2, "
            "kv_heads = 1, ffn = 32, max_positions = 32)\n"
-           "  task = arith(min_level = 1, max_level = 1)\n"
-           "  estimator = bundle(\"" +
+           "  task = " + task + "\n  estimator = bundle(\"" +
            est + "\")\n  critic = " + critic + "\n  rollout = " + rollout +
            "\n  prompts = 3\n  minibatches = 2\n"
            "  warm_start = sft(steps = 2, batch = 4, lr = 1e-2)\n"
@@ -139,6 +140,22 @@ TEST_F(PlansTest, ChainEstimatesMonteCarloValues) {
               6);
     EXPECT_GE(r["mc_shared"].get<int64_t>(), 3);
     EXPECT_GT(r["tokens_computed"].get<int64_t>(), 0);
+    EXPECT_LT(r["tokens_computed"].get<int64_t>(),
+              r["tokens_flattened"].get<int64_t>());
+  }
+}
+
+TEST_F(PlansTest, VinePpoEstimatesEveryStepStart) {
+  // VinePPO on the chain plan, with the SFT solutions one step a line (level
+  // 2 writes `2+12=` and `14` on two lines): every rollout has at least its
+  // first step's start, the empty prefix, whose value its prompt's rollouts
+  // share.
+  for (const json &r :
+       run(source("vineppo", "none", "chain(n = 2, samples = 2, max_tokens = 6)",
+                  "arith(min_level = 2, max_level = 2, lines = 1)"))) {
+    EXPECT_GE(r["plan_nodes"].get<int64_t>() + r["mc_shared"].get<int64_t>(),
+              6);
+    EXPECT_GE(r["mc_shared"].get<int64_t>(), 3);
     EXPECT_LT(r["tokens_computed"].get<int64_t>(),
               r["tokens_flattened"].get<int64_t>());
   }

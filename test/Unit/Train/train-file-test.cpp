@@ -120,6 +120,26 @@ TEST(TrainFile, ArithDigitsAndOps) {
             "\"g.cac\"\n task = arith(digits = 2) }");
   ASSERT_TRUE(r.cfg) << r.errors;
   EXPECT_EQ(r.cfg->task.steps, 0.0);
+  EXPECT_FALSE(r.cfg->task.lines);
+  r = check("train t { model = builtin(\"tiny\") steps = 1 estimator = "
+            "\"g.cac\"\n task = arith(digits = 2, steps = 1, lines = 1) }");
+  ASSERT_TRUE(r.cfg) << r.errors;
+  EXPECT_TRUE(r.cfg->task.lines);
+  r = check("train t { model = builtin(\"tiny\") steps = 1 estimator = "
+            "\"g.cac\"\n task = arith(max_level = 3, lines = 1) }");
+  ASSERT_TRUE(r.cfg) << r.errors;
+  EXPECT_TRUE(r.cfg->task.lines);
+  r = check("train t { model = builtin(\"tiny\") steps = 1 estimator = "
+            "\"g.cac\"\n task = arith(digits = 2, lines = 1) }");
+  EXPECT_NE(r.errors.find("t.cac:2:35: error: 'lines' of 'arith' breaks "
+                          "stepped solutions into lines: with 'digits' it "
+                          "needs 'steps' > 0"),
+            std::string::npos)
+      << r.errors;
+  r = check("train t { model = builtin(\"tiny\") steps = 1 estimator = "
+            "\"g.cac\"\n task = arith(digits = 2, steps = 1, lines = 2) }");
+  EXPECT_NE(r.errors.find("'lines' of 'arith' must be"), std::string::npos)
+      << r.errors;
   r = check("train t { model = builtin(\"tiny\") steps = 1 estimator = "
             "\"g.cac\"\n task = arith(digits = 2, steps = 1.5) }");
   EXPECT_NE(r.errors.find("t.cac:2:35: error: 'steps' of 'arith' must be in "

@@ -92,6 +92,11 @@ public:
   /// Value of an expression of the task's form (integers, + - *,
   /// parentheses); throws std::runtime_error on a syntax error.
   static int64_t evaluate(std::string_view expression);
+  /// \p solution with a line break after every '=': each step of a stepped
+  /// solution on its own line (`arith(.., lines = 1)`), so that VinePPO's
+  /// newline steps are the task's steps. The answer is unchanged: it is still
+  /// the number after the last '='.
+  static std::string breakLines(std::string_view solution);
 
   const Options &options() const { return options_; }
 

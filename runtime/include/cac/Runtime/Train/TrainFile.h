@@ -113,6 +113,10 @@ struct TaskSpec {
   /// arith(digits = D, steps = F): the fraction of SFT solutions written in
   /// place-value steps (TwoOperandTask::steppedSolution); 0: all bare.
   double steps = 0.0;
+  /// arith(.., lines = 1): stepped SFT solutions break the line after every
+  /// '=' (ArithmeticTask::breakLines), one step a line: VinePPO's `newline`
+  /// steps. Needs steps written: the levels, or `steps` > 0.
+  bool lines = false;
   double evalFraction = 0.1;
   /// gsm8k: JSONL files (resolved against the training file's folder).
   std::filesystem::path trainPath, evalPath;
