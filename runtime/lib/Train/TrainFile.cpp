@@ -821,6 +821,29 @@ bool parseModel(Checker &c, const Value &v, ModelSpec &m,
   return false;
 }
 
+bool parseReward(Checker &c, const Value &v, RewardSpec &r) {
+  r.loc = v.loc;
+  if (isCall(v, "command")) {
+    Args a(c, v, {"cmd", "timeout"}, {"cmd"});
+    if (!a.require("cmd"))
+      return false;
+    a.str("cmd", r.command);
+    a.num("timeout", r.timeout, 0.0, 86400.0, true);
+    if (a.ok() &&
+        r.command.find_first_not_of(" \t\n") == std::string::npos) {
+      c.diag().error(a.get("cmd")->loc,
+                     "the reward command is empty: give the program and its "
+                     "arguments, e.g. command(\"python3 score.py\")");
+      return false;
+    }
+    r.kind = RewardSpec::Kind::Command;
+    return a.ok();
+  }
+  c.expected(v, "'reward'",
+             "command(\"PROGRAM ARGS\", timeout = 60)");
+  return false;
+}
+
 bool parseTask(Checker &c, const Value &v, TaskSpec &t) {
   t.loc = v.loc;
   if (isCall(v, "arith")) {
@@ -1289,6 +1312,8 @@ std::optional<TrainConfig> buildTrainConfig(const TrainBlock &block,
          cfg.aggregation = *a;
          return true;
        }},
+      {"reward",
+       [&](const Value &v) { return parseReward(c, v, cfg.reward); }},
       {"kl", [&](const Value &v) { return parseKl(c, v, cfg.kl); }},
       {"epochs", intField(cfg.epochs, "epochs", 1, 1 << 20)},
       {"minibatches", intField(cfg.minibatches, "minibatches", 1, 1 << 20)},

@@ -18,6 +18,7 @@
 #include "cac/Runtime/Train/Objective.h"
 #include "cac/Runtime/Train/ReplayBuffer.h"
 #include "cac/Runtime/Train/Rollouts.h"
+#include "cac/Runtime/Train/RewardCommand.h"
 #include "cac/Runtime/Train/TwoOperandTask.h"
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -195,6 +196,8 @@ struct Trainer::Impl {
   std::unique_ptr<Tokenizer> tokenizer;
   std::optional<ArithmeticTask> arith;
   std::optional<TwoOperandTask> twoOp;
+  /// `reward = command(..)`: the program that scores completions.
+  std::unique_ptr<RewardCommand> rewardCommand;
   std::vector<Problem> gsmTrain, gsmEval;
   std::vector<Problem> evalSet;
 
@@ -707,6 +710,16 @@ struct Trainer::Impl {
                            std::min<size_t>(gsmEval.size(), cfg.eval.size));
       }
 
+      if (cfg.reward.kind == RewardSpec::Kind::Command) {
+        try {
+          rewardCommand = std::make_unique<RewardCommand>(
+              cfg.reward.command, cfg.file.parent_path(), cfg.reward.timeout);
+        } catch (const std::exception &e) {
+          diag.error(cfg.reward.loc, e.what());
+          return false;
+        }
+      }
+
       // Models: the global generator decides the fresh initialization.
       torch::manual_seed(cfg.seed);
       policy =
@@ -760,6 +773,8 @@ struct Trainer::Impl {
   }
 
   double reward(const Problem &p, const std::string &completion) const {
+    if (rewardCommand)
+      return rewardCommand->score(p.prompt, completion, p.answer, p.id);
     if (arith || twoOp)
       return ArithmeticTask::reward(p, completion);
     return gsm8kReward(p, completion);

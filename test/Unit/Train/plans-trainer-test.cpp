@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 
 using namespace cac::rt::train;
@@ -47,7 +48,8 @@ protected:
   std::string source(const std::string &estimator, const std::string &critic,
                      const std::string &rollout,
                      const std::string &task =
-                         "arith(min_level = 1, max_level = 1)") const {
+                         "arith(min_level = 1, max_level = 1)",
+                     const std::string &extra = "") const {
     std::string est = (fs::path(bundlesDir()) / estimator).string();
     return "train tiny {\n"
            "  model = builtin(\"custom\", hidden = 16, layers = 1, heads = 2, "
@@ -57,7 +59,7 @@ protected:
            "\n  prompts = 3\n  minibatches = 2\n"
            "  warm_start = sft(steps = 2, batch = 4, lr = 1e-2)\n"
            "  steps = 2\n  eval = greedy(every = 0, size = 4)\n"
-           "  threads = 1\n  seed = 3\n}\n";
+           "  threads = 1\n  seed = 3\n" + extra + "}\n";
   }
 
   /// Parses \p src (written to dir_/OUT.cac) with dir_/OUT as output folder.
@@ -158,6 +160,74 @@ TEST_F(PlansTest, VinePpoEstimatesEveryStepStart) {
     EXPECT_GE(r["mc_shared"].get<int64_t>(), 3);
     EXPECT_LT(r["tokens_computed"].get<int64_t>(),
               r["tokens_flattened"].get<int64_t>());
+  }
+}
+
+TEST_F(PlansTest, RewardsComeFromTheCommand) {
+  // A program's constant reward is what the step sees: its mean, and no
+  // greedy answer counts as correct below 1.
+  std::string group = "group(n = 2, max_tokens = 4)";
+  for (const json &r :
+       run(source("grpo", "none", group, "arith(min_level = 1, max_level = 1)",
+                  "  reward = command(\"while read -r l; do echo 0.25; "
+                  "done\")\n")))
+    EXPECT_EQ(r["reward_mean"].get<double>(), 0.25) << r.dump();
+  for (const json &r :
+       runToEnd(config(source("grpo", "none", group,
+                              "arith(min_level = 1, max_level = 1)",
+                              "  reward = command(\"while read -r l; do "
+                              "echo 1; done\")\n"),
+                       "ones")))
+    if (r.contains("eval_acc"))
+      EXPECT_EQ(r["eval_acc"].get<double>(), 1.0) << r.dump();
+}
+
+TEST_F(PlansTest, TheExampleScorerReproducesTheTaskReward) {
+  // examples/arith/score_arith.py computes the task's reward in Python: the
+  // run is the run without it, metric for metric (20 SFT steps, so that
+  // some rollouts are right).
+  if (std::system("python3 -c 'import json' >/dev/null 2>&1") != 0)
+    GTEST_SKIP() << "no python3";
+  std::string scorer =
+      std::string(CAC_TEST_SOURCE_DIR) + "/examples/arith/score_arith.py";
+  auto src = [&](const std::string &extra) {
+    std::string s =
+        source("grpo", "none", "group(n = 4, max_tokens = 6)",
+               "arith(min_level = 1, max_level = 1)", extra);
+    size_t at = s.find("sft(steps = 2");
+    return s.replace(at, 13, "sft(steps = 20");
+  };
+  std::vector<json> task = runToEnd(config(src(""), "task"));
+  std::vector<json> cmd = runToEnd(config(
+      src("  reward = command(\"python3 '" + scorer + "'\")\n"), "cmd"));
+  EXPECT_EQ(task, cmd);
+  double rewards = 0;
+  for (const json &r : cmd)
+    if (r["phase"] == "rl")
+      rewards += r["reward_mean"].get<double>();
+  EXPECT_GT(rewards, 0.0) << "no rollout was right: nothing compared";
+}
+
+TEST_F(PlansTest, AFailingRewardCommandStopsTheRunWithItsError) {
+  TrainConfig cfg = config(source(
+      "grpo", "none", "group(n = 2, max_tokens = 4)",
+      "arith(min_level = 1, max_level = 1)",
+      "  reward = command(\"read -r l; echo right\")\n"));
+  TrainerOptions opts;
+  opts.progress = false;
+  opts.verbose = false;
+  Trainer t(cfg, opts);
+  DiagnosticEngine diag(cfg.file.string(), "");
+  ASSERT_TRUE(t.prepare(diag)) << diag.render();
+  try {
+    t.run();
+    ADD_FAILURE() << "the run ended";
+  } catch (const std::exception &e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "reward command 'read -r l; echo right': answered 'right' "
+                  "to completion 1"),
+              std::string::npos)
+        << e.what();
   }
 }
 

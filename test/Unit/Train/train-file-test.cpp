@@ -428,3 +428,38 @@ TEST(TrainFile, ExamplesParse) {
 }
 
 } // namespace
+
+TEST(TrainFile, RewardCommand) {
+  Result r = check(withFields(""));
+  ASSERT_TRUE(r.cfg) << r.errors;
+  EXPECT_EQ(r.cfg->reward.kind, RewardSpec::Kind::Task);
+  r = check(withFields("  reward = command(\"python3 s.py --strict\", "
+                       "timeout = 5)\n"));
+  ASSERT_TRUE(r.cfg) << r.errors;
+  EXPECT_EQ(r.cfg->reward.kind, RewardSpec::Kind::Command);
+  EXPECT_EQ(r.cfg->reward.command, "python3 s.py --strict");
+  EXPECT_EQ(r.cfg->reward.timeout, 5.0);
+  r = check(withFields("  reward = command(cmd = \"./score\")\n"));
+  ASSERT_TRUE(r.cfg) << r.errors;
+  EXPECT_EQ(r.cfg->reward.command, "./score");
+  EXPECT_EQ(r.cfg->reward.timeout, 60.0);
+  // Lines 6 and on are the extra fields.
+  r = check(withFields("  reward = command(\" \")\n"));
+  EXPECT_NE(r.errors.find("t.cac:6:20: error: the reward command is empty"),
+            std::string::npos)
+      << r.errors;
+  r = check(withFields("  reward = command(\"s\", timeout = 0)\n"));
+  EXPECT_NE(r.errors.find("t.cac:6:35: error: 'timeout' of 'command' must be "
+                          "in (0, 86400]"),
+            std::string::npos)
+      << r.errors;
+  r = check(withFields("  reward = command()\n"));
+  EXPECT_NE(r.errors.find("'command' needs the argument 'cmd'"),
+            std::string::npos)
+      << r.errors;
+  r = check(withFields("  reward = \"s.py\"\n"));
+  EXPECT_NE(r.errors.find("t.cac:6:12: error: 'reward' must be "
+                          "command(\"PROGRAM ARGS\", timeout = 60)"),
+            std::string::npos)
+      << r.errors;
+}

@@ -206,6 +206,18 @@ struct RolloutSpec {
   const char *kindName() const;
 };
 
+/// Where the rollouts' rewards come from: the task's own (exact answer: 1,
+/// else 0), or `command("PROGRAM ARGS", timeout = 60)`, a program that
+/// scores each completion (RewardCommand.h).
+struct RewardSpec {
+  enum class Kind { Task, Command };
+  Kind kind = Kind::Task;
+  std::string command;
+  /// Seconds to wait for each answer.
+  double timeout = 60.0;
+  SourceLoc loc;
+};
+
 /// The clipped surrogate (estimators.md §0.2).
 struct ObjectiveSpec {
   double epsLow = 0.2, epsHigh = 0.2;
@@ -289,6 +301,7 @@ struct TrainConfig {
   std::filesystem::path file;
   ModelSpec model;
   TaskSpec task;
+  RewardSpec reward;
   EstimatorSpec estimator;
   CriticSpec critic;
   RolloutSpec rollout;

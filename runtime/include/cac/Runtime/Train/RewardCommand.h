@@ -1,0 +1,66 @@
+//===- RewardCommand.h - A reward computed by an external program ---------===//
+//
+// `reward = command("python3 score.py", timeout = 60)` in a training file:
+// the program is started once per process, through `/bin/sh -c` in the
+// training file's folder, and scores completions one at a time. For each it
+// reads one line of JSON on its standard input,
+//
+//   {"prompt": "..", "completion": "..", "answer": "..", "id": ".."}
+//
+// and writes one line on its standard output: the reward, a finite number
+// (the line must be flushed). Its standard error is the run's. The program
+// gets EOF on its input when the run ends.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CAC_RUNTIME_TRAIN_REWARDCOMMAND_H
+#define CAC_RUNTIME_TRAIN_REWARDCOMMAND_H
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+namespace cac::rt::train {
+
+class RewardCommand {
+public:
+  /// Starts \p command in \p dir; throws std::runtime_error when it cannot
+  /// be started. \p timeoutSeconds bounds the wait for each answer.
+  RewardCommand(std::string command, const std::filesystem::path &dir,
+                double timeoutSeconds);
+  /// Closes the program's input and waits for it (killing it after a few
+  /// seconds if it does not exit).
+  ~RewardCommand();
+  RewardCommand(const RewardCommand &) = delete;
+  RewardCommand &operator=(const RewardCommand &) = delete;
+
+  /// The program's reward for \p completion of a problem. Throws
+  /// std::runtime_error, naming the command and what it did, when the
+  /// program exits, times out or answers something other than a number.
+  double score(std::string_view prompt, std::string_view completion,
+               std::string_view answer, std::string_view id);
+
+  const std::string &command() const { return command_; }
+  /// Completions scored so far.
+  uint64_t scored() const { return scored_; }
+
+private:
+  std::string readLine();
+  [[noreturn]] void fail(const std::string &what);
+  std::string exitStatus();
+
+  std::string command_;
+  double timeout_;
+  pid_t pid_ = -1;
+  int toChild_ = -1, fromChild_ = -1;
+  std::string pending_; // read past the last answer's line
+  uint64_t scored_ = 0;
+  bool failed_ = false;
+};
+
+} // namespace cac::rt::train
+
+#endif // CAC_RUNTIME_TRAIN_REWARDCOMMAND_H
