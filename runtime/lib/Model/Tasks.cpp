@@ -468,6 +468,68 @@ std::vector<Problem> loadGsm8k(const fs::path &path) {
   return out;
 }
 
+std::vector<Problem> loadJsonl(const fs::path &path, const JsonlKeys &keys) {
+  std::ifstream in(path);
+  if (!in)
+    throw std::runtime_error("cannot open the dataset '" + path.string() + "'");
+  std::vector<Problem> out;
+  std::string line;
+  for (size_t lineNo = 1; std::getline(in, line); ++lineNo) {
+    std::string where = path.string() + ":" + std::to_string(lineNo) + ": ";
+    if (trim(line).empty())
+      continue;
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception &e) {
+      throw std::runtime_error(where + "invalid JSON: " + e.what());
+    }
+    if (!j.is_object())
+      throw std::runtime_error(where + "not a JSON object");
+    Problem p;
+    auto text = [&](const std::string &key, bool numberToo,
+                    std::string &to) {
+      auto it = j.find(key);
+      if (it == j.end() || it->is_null())
+        return false;
+      if (it->is_string())
+        to = it->get<std::string>();
+      else if (numberToo && it->is_number())
+        to = it->dump();
+      else
+        throw std::runtime_error(where + "field '" + key + "' is " +
+                                 it->type_name() + ", not a string" +
+                                 (numberToo ? " or a number" : ""));
+      return true;
+    };
+    if (!text(keys.prompt, false, p.prompt))
+      throw std::runtime_error(where + "no field '" + keys.prompt +
+                               "' (the prompt; `prompt = \"KEY\"` names "
+                               "another)");
+    if (p.prompt.empty())
+      throw std::runtime_error(where + "field '" + keys.prompt +
+                               "' is empty");
+    text(keys.answer, true, p.answer);
+    text(keys.solution, false, p.solution);
+    p.id = path.string() + ":" + std::to_string(lineNo);
+    out.push_back(std::move(p));
+  }
+  if (in.bad())
+    throw std::runtime_error("error reading '" + path.string() + "'");
+  if (out.empty())
+    throw std::runtime_error("the dataset '" + path.string() +
+                             "' holds no problems");
+  return out;
+}
+
+double matchReward(const Problem &problem, std::string_view completion) {
+  if (parseNumber(problem.answer)) {
+    auto n = extractLastNumber(completion);
+    return n && answersMatch(*n, problem.answer) ? 1.0 : 0.0;
+  }
+  return trim(completion) == trim(problem.answer) ? 1.0 : 0.0;
+}
+
 double gsm8kReward(const Problem &problem, std::string_view completion) {
   auto n = extractLastNumber(completion);
   return n && answersMatch(*n, problem.answer) ? 1.0 : 0.0;

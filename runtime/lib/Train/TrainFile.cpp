@@ -909,10 +909,31 @@ bool parseTask(Checker &c, const Value &v, TaskSpec &t) {
     t.kind = TaskSpec::Kind::Gsm8k;
     return a.ok();
   }
+  if (isCall(v, "jsonl")) {
+    Args a(c, v, {"train", "eval", "prompt", "answer", "solution"}, {"train"});
+    if (!a.require("train") || !a.require("eval"))
+      return false;
+    a.path("train", t.trainPath);
+    a.path("eval", t.evalPath);
+    for (auto [name, key] : {std::pair{"prompt", &t.keys.prompt},
+                             std::pair{"answer", &t.keys.answer},
+                             std::pair{"solution", &t.keys.solution}}) {
+      a.str(name, *key);
+      if (a.get(name) && key->empty()) {
+        c.diag().error(a.get(name)->loc,
+                       std::string("'") + name +
+                           "' of 'jsonl' names a field: it must not be empty");
+        return false;
+      }
+    }
+    t.kind = TaskSpec::Kind::Jsonl;
+    return a.ok();
+  }
   c.expected(v, "'task'",
              "arith(min_level = .., max_level = ..), arith(digits = .., "
-             "ops = \"+-\") or "
-             "gsm8k(\"train.jsonl\", eval = \"test.jsonl\")");
+             "ops = \"+-\"), "
+             "gsm8k(\"train.jsonl\", eval = \"test.jsonl\") or "
+             "jsonl(\"train.jsonl\", eval = \"eval.jsonl\")");
   return false;
 }
 

@@ -198,7 +198,9 @@ struct Trainer::Impl {
   std::optional<TwoOperandTask> twoOp;
   /// `reward = command(..)`: the program that scores completions.
   std::unique_ptr<RewardCommand> rewardCommand;
-  std::vector<Problem> gsmTrain, gsmEval;
+  /// gsm8k and jsonl: the files' problems.
+  std::vector<Problem> dataTrain, dataEval;
+  bool jsonlTask = false;
   std::vector<Problem> evalSet;
 
   TransformerLM policy{nullptr}, reference{nullptr}, critic{nullptr};
@@ -324,7 +326,8 @@ struct Trainer::Impl {
     if (cfg.critic.kind == CriticSpec::Kind::ValueModel &&
         cfg.critic.model.kind == ModelSpec::Kind::HuggingFace)
       exists(cfg.critic.model.path, cfg.critic.model.loc, "critic folder");
-    if (cfg.task.kind == TaskSpec::Kind::Gsm8k) {
+    if (cfg.task.kind == TaskSpec::Kind::Gsm8k ||
+        cfg.task.kind == TaskSpec::Kind::Jsonl) {
       exists(cfg.task.trainPath, cfg.task.loc, "training set");
       exists(cfg.task.evalPath, cfg.task.loc, "evaluation set");
     }
@@ -700,14 +703,16 @@ struct Trainer::Impl {
         arith.emplace(o);
         evalSet = arith->evalSet(static_cast<size_t>(cfg.eval.size));
       } else {
-        gsmTrain = loadGsm8k(cfg.task.trainPath);
-        gsmEval = loadGsm8k(cfg.task.evalPath);
-        if (gsmTrain.empty())
-          throw TrainError("training set '" + cfg.task.trainPath.string() +
-                           "' is empty");
-        evalSet.assign(gsmEval.begin(),
-                       gsmEval.begin() +
-                           std::min<size_t>(gsmEval.size(), cfg.eval.size));
+        jsonlTask = cfg.task.kind == TaskSpec::Kind::Jsonl;
+        dataTrain = jsonlTask ? loadJsonl(cfg.task.trainPath, cfg.task.keys)
+                              : loadGsm8k(cfg.task.trainPath);
+        dataEval = jsonlTask ? loadJsonl(cfg.task.evalPath, cfg.task.keys)
+                             : loadGsm8k(cfg.task.evalPath);
+        if (jsonlTask)
+          checkDataset();
+        evalSet.assign(dataEval.begin(),
+                       dataEval.begin() +
+                           std::min<size_t>(dataEval.size(), cfg.eval.size));
       }
 
       if (cfg.reward.kind == RewardSpec::Kind::Command) {
@@ -756,11 +761,34 @@ struct Trainer::Impl {
       return twoOp->problem(Split::Train, index);
     if (arith)
       return arith->problem(Split::Train, index);
-    return gsmTrain[index % gsmTrain.size()];
+    return dataTrain[index % dataTrain.size()];
+  }
+
+  /// A jsonl dataset holds what its run reads: answers for the default
+  /// reward, solutions for an SFT warm start.
+  void checkDataset() const {
+    auto need = [&](const std::vector<Problem> &set, bool answers) {
+      for (const Problem &p : set)
+        if ((answers ? p.answer : p.solution).empty())
+          throw TrainError(
+              p.id + ": no '" +
+              (answers ? cfg.task.keys.answer : cfg.task.keys.solution) +
+              "' field: " +
+              (answers ? "the task's reward compares completions with it "
+                         "(or give `reward = command(..)`)"
+                       : "the SFT warm start trains on it (or set "
+                         "`warm_start = none`)"));
+    };
+    if (cfg.reward.kind == RewardSpec::Kind::Task) {
+      need(dataTrain, true);
+      need(dataEval, true);
+    }
+    if (cfg.sft.steps > 0)
+      need(dataTrain, false);
   }
 
   std::string promptText(const Problem &p) const {
-    if (arith || twoOp)
+    if (arith || twoOp || jsonlTask)
       return p.prompt;
     return "Question: " + p.prompt + "\nAnswer:";
   }
@@ -769,6 +797,8 @@ struct Trainer::Impl {
     if (arith || twoOp)
       return cfg.task.lines ? ArithmeticTask::breakLines(p.solution)
                             : p.solution;
+    if (jsonlTask)
+      return p.solution;
     return " " + p.solution;
   }
 
@@ -777,6 +807,8 @@ struct Trainer::Impl {
       return rewardCommand->score(p.prompt, completion, p.answer, p.id);
     if (arith || twoOp)
       return ArithmeticTask::reward(p, completion);
+    if (jsonlTask)
+      return matchReward(p, completion);
     return gsm8kReward(p, completion);
   }
 

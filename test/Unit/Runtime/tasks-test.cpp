@@ -240,3 +240,83 @@ TEST(Gsm8k, MalformedLinesNameFileAndLine) {
   EXPECT_ERROR([&] { loadGsm8k(file); }, {file.string(), "no problems"});
   EXPECT_ERROR([&] { loadGsm8k(dir / "absent.jsonl"); }, {"absent.jsonl"});
 }
+
+TEST(Jsonl, LoadsFieldsByName) {
+  TempDir dir;
+  fs::path file = dir / "data.jsonl";
+  writeFile(file,
+            R"({"prompt": "reverse abc=", "answer": "cba", "solution": "cba"})"
+            "\n\n"
+            R"({"prompt": "2+3=", "answer": 5, "extra": [1]})"
+            "\r\n"
+            R"({"prompt": "free text", "answer": null})"
+            "\n");
+  auto problems = loadJsonl(file, JsonlKeys{});
+  ASSERT_EQ(problems.size(), 3u);
+  EXPECT_EQ(problems[0].prompt, "reverse abc=");
+  EXPECT_EQ(problems[0].answer, "cba");
+  EXPECT_EQ(problems[0].solution, "cba");
+  EXPECT_EQ(problems[0].id, file.string() + ":1");
+  // A number answer is its JSON text; absent fields are empty.
+  EXPECT_EQ(problems[1].answer, "5");
+  EXPECT_EQ(problems[1].solution, "");
+  EXPECT_EQ(problems[1].id, file.string() + ":3");
+  EXPECT_EQ(problems[2].answer, "");
+
+  // Other field names.
+  writeFile(file, R"({"q": "Q?", "gold": "A", "worked": " so A"})"
+                  "\n");
+  JsonlKeys keys;
+  keys.prompt = "q";
+  keys.answer = "gold";
+  keys.solution = "worked";
+  problems = loadJsonl(file, keys);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_EQ(problems[0].prompt, "Q?");
+  EXPECT_EQ(problems[0].answer, "A");
+  EXPECT_EQ(problems[0].solution, " so A");
+}
+
+TEST(Jsonl, MatchReward) {
+  Problem number;
+  number.answer = "5";
+  EXPECT_EQ(matchReward(number, "2+3=5"), 1.0);
+  EXPECT_EQ(matchReward(number, "it is 5.0 "), 1.0);
+  EXPECT_EQ(matchReward(number, "5 or 6"), 0.0);
+  EXPECT_EQ(matchReward(number, "five"), 0.0);
+  Problem text;
+  text.answer = "cba";
+  EXPECT_EQ(matchReward(text, "cba"), 1.0);
+  EXPECT_EQ(matchReward(text, " cba\n"), 1.0);
+  EXPECT_EQ(matchReward(text, "cb a"), 0.0);
+  EXPECT_EQ(matchReward(text, "cbax"), 0.0);
+}
+
+TEST(Jsonl, MalformedLinesNameFileAndLine) {
+  TempDir dir;
+  fs::path file = dir / "bad.jsonl";
+  const std::string good = R"({"prompt": "p", "answer": "a"})";
+  auto expectBad = [&](const std::string &line,
+                       std::initializer_list<std::string> parts) {
+    SCOPED_TRACE(line);
+    writeFile(file, good + "\n" + good + "\n" + line + "\n" + good + "\n");
+    std::string msg = errorOf([&] { loadJsonl(file, JsonlKeys{}); });
+    EXPECT_NE(msg.find(file.string() + ":3: "), std::string::npos) << msg;
+    for (const std::string &p : parts)
+      EXPECT_NE(msg.find(p), std::string::npos) << msg << "\nwants: " << p;
+  };
+  expectBad(R"({"prompt": "p")", {"invalid JSON"});
+  expectBad(R"("p")", {"not a JSON object"});
+  expectBad(R"({"question": "p"})", {"no field 'prompt'"});
+  expectBad(R"({"prompt": ""})", {"field 'prompt' is empty"});
+  expectBad(R"({"prompt": 5})", {"field 'prompt' is number, not a string"});
+  expectBad(R"({"prompt": "p", "answer": [1]})",
+            {"field 'answer' is array, not a string or a number"});
+  expectBad(R"({"prompt": "p", "solution": 3})",
+            {"field 'solution' is number, not a string"});
+  writeFile(file, "\n");
+  EXPECT_ERROR([&] { loadJsonl(file, JsonlKeys{}); },
+               {file.string(), "no problems"});
+  EXPECT_ERROR([&] { loadJsonl(dir / "absent.jsonl", JsonlKeys{}); },
+               {"cannot open the dataset", "absent.jsonl"});
+}

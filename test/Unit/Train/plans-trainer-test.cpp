@@ -178,8 +178,9 @@ TEST_F(PlansTest, RewardsComeFromTheCommand) {
                               "  reward = command(\"while read -r l; do "
                               "echo 1; done\")\n"),
                        "ones")))
-    if (r.contains("eval_acc"))
+    if (r.contains("eval_acc")) {
       EXPECT_EQ(r["eval_acc"].get<double>(), 1.0) << r.dump();
+    }
 }
 
 TEST_F(PlansTest, TheExampleScorerReproducesTheTaskReward) {
@@ -229,6 +230,66 @@ TEST_F(PlansTest, AFailingRewardCommandStopsTheRunWithItsError) {
               std::string::npos)
         << e.what();
   }
+}
+
+TEST_F(PlansTest, JsonlDatasetsTrainWithTheirOwnRewards) {
+  // Prompts, answers and SFT solutions from files beside the training file;
+  // the default reward compares the completion with the answer, a program's
+  // replaces it.
+  std::ofstream(dir_ / "train.jsonl")
+      << R"({"prompt": "ab=", "answer": "ba", "solution": "ba"})" "\n"
+      << R"({"prompt": "abc=", "answer": "cba", "solution": "cba"})" "\n"
+      << R"({"prompt": "xy=", "answer": "yx", "solution": "yx"})" "\n";
+  std::ofstream(dir_ / "eval.jsonl")
+      << R"({"prompt": "pq=", "answer": "qp"})" "\n"
+      << R"({"prompt": "3+4=", "answer": 7})" "\n";
+  std::string task = "jsonl(\"train.jsonl\", eval = \"eval.jsonl\")";
+  std::string group = "group(n = 2, max_tokens = 4)";
+  run(source("grpo", "none", group, task)); // 2 RL steps, finite losses
+  for (const json &r :
+       runToEnd(config(source("grpo", "none", group, task,
+                              "  reward = command(\"while read -r l; do "
+                              "echo 0.5; done\")\n"),
+                       "command")))
+    if (r["phase"] == "rl") {
+      EXPECT_EQ(r["reward_mean"].get<double>(), 0.5);
+    }
+
+  // What a run reads must be there: answers for the task's reward, solutions
+  // for an SFT warm start.
+  std::ofstream(dir_ / "eval.jsonl")
+      << R"({"prompt": "pq=", "answer": "qp"})" "\n"
+      << R"({"prompt": "rs="})" "\n";
+  int checks = 0;
+  auto prepareError = [&](const std::string &extra) {
+    TrainConfig cfg = config(source("grpo", "none", group, task, extra),
+                             "check" + std::to_string(++checks));
+    TrainerOptions opts;
+    opts.progress = false;
+    opts.verbose = false;
+    Trainer t(cfg, opts);
+    DiagnosticEngine diag(cfg.file.string(), "");
+    try {
+      t.prepare(diag);
+    } catch (const std::exception &e) {
+      return std::string(e.what());
+    }
+    return diag.render();
+  };
+  std::string e = prepareError("");
+  EXPECT_NE(e.find("eval.jsonl:2: no 'answer' field: the task's reward "
+                   "compares completions with it"),
+            std::string::npos)
+      << e;
+  // With a reward program the answers are optional.
+  EXPECT_EQ(prepareError("  reward = command(\"cat\")\n"), "");
+  std::ofstream(dir_ / "train.jsonl")
+      << R"({"prompt": "ab=", "answer": "ba"})" "\n";
+  e = prepareError("  reward = command(\"cat\")\n");
+  EXPECT_NE(e.find("train.jsonl:1: no 'solution' field: the SFT warm start "
+                   "trains on it"),
+            std::string::npos)
+      << e;
 }
 
 TEST_F(PlansTest, TreeTrainsNodeSamples) {

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 using namespace cac::rt::train;
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -408,19 +409,26 @@ TEST(TrainFile, Overrides) {
 
 TEST(TrainFile, ExamplesParse) {
   size_t count = 0;
-  for (const auto &entry : std::filesystem::directory_iterator(
-           std::string(CAC_TEST_SOURCE_DIR) + "/examples/arith")) {
-    if (entry.path().extension() != ".cac")
-      continue;
-    ++count;
-    std::string errors;
-    auto cfg = loadTrainFile(entry.path(), errors);
-    ASSERT_TRUE(cfg) << entry.path() << ": " << errors;
-    EXPECT_EQ(errors, "");
-    EXPECT_TRUE(std::filesystem::exists(cfg->estimator.path))
-        << cfg->estimator.path;
-  }
-  EXPECT_GE(count, 10u);
+  for (const char *folder : {"/examples/arith", "/examples/reverse"})
+    for (const auto &entry : std::filesystem::directory_iterator(
+             std::string(CAC_TEST_SOURCE_DIR) + folder)) {
+      if (entry.path().extension() != ".cac")
+        continue;
+      ++count;
+      std::string errors;
+      auto cfg = loadTrainFile(entry.path(), errors);
+      ASSERT_TRUE(cfg) << entry.path() << ": " << errors;
+      EXPECT_EQ(errors, "");
+      EXPECT_TRUE(std::filesystem::exists(cfg->estimator.path))
+          << cfg->estimator.path;
+      if (cfg->task.kind == TaskSpec::Kind::Jsonl) {
+        EXPECT_TRUE(std::filesystem::exists(cfg->task.trainPath))
+            << cfg->task.trainPath;
+        EXPECT_TRUE(std::filesystem::exists(cfg->task.evalPath))
+            << cfg->task.evalPath;
+      }
+    }
+  EXPECT_GE(count, 18u);
   std::string errors;
   EXPECT_FALSE(loadTrainFile("/nonexistent/train.cac", errors));
   EXPECT_EQ(errors,
@@ -460,6 +468,38 @@ TEST(TrainFile, RewardCommand) {
   r = check(withFields("  reward = \"s.py\"\n"));
   EXPECT_NE(r.errors.find("t.cac:6:12: error: 'reward' must be "
                           "command(\"PROGRAM ARGS\", timeout = 60)"),
+            std::string::npos)
+      << r.errors;
+}
+
+TEST(TrainFile, JsonlTask) {
+  Result r = check(
+      "train t { model = builtin(\"tiny\") steps = 1 estimator = \"g.cac\"\n"
+      " task = jsonl(\"d/train.jsonl\", eval = \"d/eval.jsonl\") }",
+      "dir/t.cac");
+  ASSERT_TRUE(r.cfg) << r.errors;
+  EXPECT_EQ(r.cfg->task.kind, TaskSpec::Kind::Jsonl);
+  EXPECT_EQ(r.cfg->task.trainPath, fs::path("dir/d/train.jsonl"));
+  EXPECT_EQ(r.cfg->task.evalPath, fs::path("dir/d/eval.jsonl"));
+  EXPECT_EQ(r.cfg->task.keys.prompt, "prompt");
+  EXPECT_EQ(r.cfg->task.keys.answer, "answer");
+  EXPECT_EQ(r.cfg->task.keys.solution, "solution");
+  r = check("train t { model = builtin(\"tiny\") steps = 1 estimator = "
+            "\"g.cac\"\n task = jsonl(\"a\", eval = \"b\", prompt = \"q\", "
+            "answer = \"gold\", solution = \"cot\") }");
+  ASSERT_TRUE(r.cfg) << r.errors;
+  EXPECT_EQ(r.cfg->task.keys.prompt, "q");
+  EXPECT_EQ(r.cfg->task.keys.answer, "gold");
+  EXPECT_EQ(r.cfg->task.keys.solution, "cot");
+  r = check("train t { model = builtin(\"tiny\") steps = 1 estimator = "
+            "\"g.cac\"\n task = jsonl(\"a\", eval = \"b\", answer = \"\") }");
+  EXPECT_NE(r.errors.find("t.cac:2:41: error: 'answer' of 'jsonl' names a "
+                          "field: it must not be empty"),
+            std::string::npos)
+      << r.errors;
+  r = check("train t { model = builtin(\"tiny\") steps = 1 estimator = "
+            "\"g.cac\"\n task = jsonl(\"a\") }");
+  EXPECT_NE(r.errors.find("'jsonl' needs the argument 'eval'"),
             std::string::npos)
       << r.errors;
 }

@@ -115,6 +115,29 @@ std::vector<Problem> loadGsm8k(const std::filesystem::path &path);
 /// problem's answer, else 0.
 double gsm8kReward(const Problem &problem, std::string_view completion);
 
+/// The fields a JSONL dataset's objects hold (`jsonl(.., prompt = "..",
+/// answer = "..", solution = "..")` in a training file).
+struct JsonlKeys {
+  std::string prompt = "prompt";
+  std::string answer = "answer";
+  std::string solution = "solution";
+};
+
+/// Loads a JSONL dataset of your own: one object per line. Its \p keys.prompt
+/// field (a string) is Problem.prompt, given to the model verbatim; the
+/// optional \p keys.answer (a string or a number) is Problem.answer and the
+/// optional \p keys.solution (a string) Problem.solution, the SFT target;
+/// absent, they are empty. Problem.id is "FILE:LINE". Blank lines are
+/// skipped; anything else malformed throws std::runtime_error "FILE:LINE:
+/// what is wrong".
+std::vector<Problem> loadJsonl(const std::filesystem::path &path,
+                               const JsonlKeys &keys);
+
+/// The default reward of a JSONL dataset: when the answer is a number, 1
+/// when the last number of \p completion equals it (as gsm8kReward); else 1
+/// when the completion, surrounding whitespace ignored, is the answer.
+double matchReward(const Problem &problem, std::string_view completion);
+
 } // namespace cac::rt
 
 #endif // CAC_RUNTIME_MODEL_TASKS_H

@@ -25,6 +25,7 @@
 #ifndef CAC_RUNTIME_TRAIN_TRAINFILE_H
 #define CAC_RUNTIME_TRAIN_TRAINFILE_H
 
+#include "cac/Runtime/Model/Tasks.h"
 #include "cac/Runtime/Train/Diagnostics.h"
 
 #include <cstdint>
@@ -103,7 +104,7 @@ struct ModelSpec {
 
 /// Where prompts and rewards come from.
 struct TaskSpec {
-  enum class Kind { Arith, Gsm8k };
+  enum class Kind { Arith, Gsm8k, Jsonl };
   Kind kind = Kind::Arith;
   int minLevel = 1, maxLevel = 2;
   /// arith(digits = D, ops = ".."): two-operand problems (TwoOperandTask)
@@ -118,8 +119,11 @@ struct TaskSpec {
   /// steps. Needs steps written: the levels, or `steps` > 0.
   bool lines = false;
   double evalFraction = 0.1;
-  /// gsm8k: JSONL files (resolved against the training file's folder).
+  /// gsm8k, jsonl: JSONL files (resolved against the training file's
+  /// folder).
   std::filesystem::path trainPath, evalPath;
+  /// jsonl: the fields of its objects.
+  rt::JsonlKeys keys;
   SourceLoc loc;
 };
 
