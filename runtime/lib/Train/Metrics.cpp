@@ -94,24 +94,58 @@ std::string MetricsLog::csvLine(const json &row) {
   return line;
 }
 
+namespace {
+
+/// The rows of a JSONL log up to step \p keepUpToStep (< 0: none), stopping
+/// at a torn last line of a killed run.
+std::vector<json> readRowsUpTo(const fs::path &file, int64_t keepUpToStep) {
+  std::vector<json> rows;
+  if (keepUpToStep < 0)
+    return rows;
+  std::ifstream in(file);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty())
+      continue;
+    json row = json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (row.is_discarded() || !row.is_object())
+      break;
+    if (row.value("step", int64_t(0)) > keepUpToStep)
+      break;
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
+std::string jsonLine(const json &row) {
+  return row.dump(-1, ' ', false, json::error_handler_t::replace) + '\n';
+}
+
+} // namespace
+
 MetricsLog::MetricsLog(fs::path dir, int64_t keepUpToStep)
     : dir_(std::move(dir)) {
   fs::create_directories(dir_);
-  if (keepUpToStep >= 0) {
-    std::ifstream in(dir_ / "metrics.jsonl");
-    std::string line;
-    while (std::getline(in, line)) {
-      if (line.empty())
-        continue;
-      json row = json::parse(line, nullptr, /*allow_exceptions=*/false);
-      if (row.is_discarded() || !row.is_object())
-        break; // a torn last line of a killed run
-      if (row.value("step", int64_t(0)) > keepUpToStep)
-        break;
-      rows_.push_back(std::move(row));
-    }
-  }
+  rows_ = readRowsUpTo(dir_ / "metrics.jsonl", keepUpToStep);
   rewrite();
+}
+
+SampleLog::SampleLog(fs::path file, int64_t keepUpToStep)
+    : file_(std::move(file)) {
+  std::string text;
+  for (const json &row : readRowsUpTo(file_, keepUpToStep))
+    text += jsonLine(row);
+  writeFileAtomic(file_, text);
+}
+
+void SampleLog::append(const std::vector<json> &rows) {
+  if (file_.empty() || rows.empty())
+    return;
+  std::string text;
+  for (const json &row : rows)
+    text += jsonLine(row);
+  std::ofstream out(file_, std::ios::app);
+  out << text;
 }
 
 void MetricsLog::rewrite() {

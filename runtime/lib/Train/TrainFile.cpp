@@ -1272,12 +1272,14 @@ bool parseEval(Checker &c, const Value &v, EvalSpec &e) {
     return true;
   }
   if (!isCall(v, "greedy")) {
-    c.expected(v, "'eval'", "none or greedy(every = .., size = ..)");
+    c.expected(v, "'eval'",
+               "none or greedy(every = .., size = .., samples = ..)");
     return false;
   }
-  Args a(c, v, {"every", "size"});
+  Args a(c, v, {"every", "size", "samples"});
   a.integer("every", e.every, 0, 1LL << 40);
   a.integer("size", e.size, 1, 1 << 24);
+  a.integer("samples", e.samples, 0, 1 << 24);
   return a.ok();
 }
 

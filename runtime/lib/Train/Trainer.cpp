@@ -240,6 +240,9 @@ struct Trainer::Impl {
   double evalStart = std::numeric_limits<double>::quiet_NaN();
   double evalEnd = std::numeric_limits<double>::quiet_NaN();
   std::unique_ptr<MetricsLog> log;
+  std::unique_ptr<SampleLog> samples;
+  /// The last eval's completions for samples.jsonl (rank 0's first ones).
+  std::vector<json> evalSamples;
   std::unique_ptr<ProgressBar> bar;
   Clock::time_point runStart;
   double elapsedBefore = 0;
@@ -1115,6 +1118,7 @@ struct Trainer::Impl {
     policy->eval();
     at::Generator gen = makeGenerator(0);
     double correct = 0, stepped = 0;
+    evalSamples.clear();
     const size_t chunk = 256;
     // Data-parallel: each rank decodes its share, the counts are summed.
     auto [from, to] =
@@ -1127,8 +1131,18 @@ struct Trainer::Impl {
       auto out = generate(policy, prompts, samplingOptions(true), gen,
                           tokenizer.get(), 1);
       for (size_t i = s; i < e; ++i) {
-        correct += reward(evalSet[i], out[i - s].text) >= 1.0 ? 1.0 : 0.0;
-        stepped += TwoOperandTask::isStepped(out[i - s].text) ? 1.0 : 0.0;
+        const std::string &text = out[i - s].text;
+        double r = reward(evalSet[i], text);
+        correct += r >= 1.0 ? 1.0 : 0.0;
+        stepped += TwoOperandTask::isStepped(text) ? 1.0 : 0.0;
+        // Rank 0's share starts at problem 0: its first are the first.
+        if (rank() == 0 &&
+            static_cast<int64_t>(evalSamples.size()) < cfg.eval.samples)
+          evalSamples.push_back({{"problem", evalSet[i].id},
+                                 {"prompt", promptText(evalSet[i])},
+                                 {"completion", text},
+                                 {"answer", evalSet[i].answer},
+                                 {"reward", r}});
       }
     }
     if (dist()) {
@@ -1141,6 +1155,18 @@ struct Trainer::Impl {
                         ? stepped / static_cast<double>(evalSet.size())
                         : std::numeric_limits<double>::quiet_NaN();
     return correct / static_cast<double>(evalSet.size());
+  }
+
+  /// The last eval's completions to samples.jsonl, at \p stepNo (RL step
+  /// \p rlStep).
+  void logSamples(int64_t stepNo, int64_t rlStep) {
+    std::vector<json> rows;
+    for (json r : evalSamples) {
+      r["step"] = stepNo;
+      r["rl_step"] = rlStep;
+      rows.push_back(std::move(r));
+    }
+    samples->append(rows);
   }
 
   // --- RL -----------------------------------------------------------------
@@ -1904,6 +1930,9 @@ struct Trainer::Impl {
     log = writer()
               ? std::make_unique<MetricsLog>(cfg.out, opts.resume ? start : -1)
               : std::make_unique<MetricsLog>();
+    samples = writer() ? std::make_unique<SampleLog>(cfg.out / "samples.jsonl",
+                                                     opts.resume ? start : -1)
+                       : std::make_unique<SampleLog>();
     bar = std::make_unique<ProgressBar>(opts.progress && writer());
     if (!writer())
       opts.verbose = false;
@@ -1950,6 +1979,7 @@ struct Trainer::Impl {
         // checkpoint the RL-start state.
         auto t = Clock::now();
         evalStart = evaluate();
+        logSamples(step, 0);
         json ev = {{"step", step},
                    {"phase", "eval"},
                    {"rl_step", 0},
@@ -1966,6 +1996,7 @@ struct Trainer::Impl {
     if (S == 0 && step == 0) {
       auto t = Clock::now();
       evalStart = evaluate();
+      logSamples(0, 0);
       json ev = {{"step", 0},
                  {"phase", "eval"},
                  {"rl_step", 0},
@@ -1989,6 +2020,7 @@ struct Trainer::Impl {
       if (last || (cfg.eval.every > 0 && (rlIndex + 1) % cfg.eval.every == 0)) {
         auto t = Clock::now();
         double acc = evaluate();
+        logSamples(step, rlIndex + 1);
         row["eval_acc"] = acc;
         addEvalSteps(row);
         row["time_eval_s"] = seconds(t);

@@ -9,6 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cac/Runtime/Model/ModelIO.h"
+#include "cac/Runtime/Model/Tasks.h"
 #include "cac/Runtime/Train/Trainer.h"
 
 #include <gtest/gtest.h>
@@ -16,9 +17,12 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 using namespace cac::rt::train;
+using cac::rt::ArithmeticTask;
+using cac::rt::Problem;
 using nlohmann::json;
 namespace fs = std::filesystem;
 
@@ -165,8 +169,43 @@ TEST_F(TrainerTest, RunsAndWritesItsOutputs) {
                         "tokens_per_s"})
     EXPECT_TRUE(rows[3].contains(k)) << k;
   for (const char *f : {"metrics.jsonl", "metrics.csv", "plot.png",
-                        "checkpoint/checkpoint.json", "final/config.json"})
+                        "samples.jsonl", "checkpoint/checkpoint.json",
+                        "final/config.json"})
     EXPECT_TRUE(fs::exists(cfg.out / f)) << f;
+
+  // samples.jsonl: each eval's greedy completions of its first 8 problems,
+  // here all 6; their rewards are the task's and give the eval's accuracy.
+  std::map<int64_t, std::vector<json>> byStep;
+  std::ifstream in(cfg.out / "samples.jsonl");
+  for (std::string line; std::getline(in, line);)
+    byStep[json::parse(line)["step"].get<int64_t>()].push_back(
+        json::parse(line));
+  ASSERT_EQ(byStep.size(), 3u); // RL start (step 2), steps 4 and 5
+  for (const json &row : rows) {
+    if (!row.contains("eval_acc"))
+      continue;
+    const std::vector<json> &got = byStep[row["step"].get<int64_t>()];
+    ASSERT_EQ(got.size(), 6u) << row.dump();
+    double correct = 0;
+    for (const json &x : got) {
+      EXPECT_EQ(x["rl_step"], row["rl_step"]);
+      Problem p;
+      p.answer = x["answer"].get<std::string>();
+      EXPECT_EQ(x["reward"].get<double>(),
+                ArithmeticTask::reward(p, x["completion"].get<std::string>()))
+          << x.dump();
+      EXPECT_EQ(x["prompt"].get<std::string>().back(), '=') << x.dump();
+      EXPECT_FALSE(x["problem"].get<std::string>().empty());
+      correct += x["reward"].get<double>() >= 1.0 ? 1.0 : 0.0;
+    }
+    EXPECT_DOUBLE_EQ(row["eval_acc"].get<double>(), correct / 6.0);
+  }
+  // samples = 0: none written.
+  std::string none = source();
+  none.replace(none.find("size = 6)"), 9, "size = 6, samples = 0)");
+  TrainConfig quiet = config(none, "quiet");
+  runToEnd(quiet);
+  EXPECT_EQ(readAll(quiet.out / "samples.jsonl"), "");
 }
 
 TEST_F(TrainerTest, SteppedTaskLogsTheStepFraction) {
@@ -449,6 +488,8 @@ TEST_F(TrainerTest, ResumeAfterKillEqualsUninterrupted) {
               readAll(dir_ / whole / "final" / "model.safetensors"));
     std::string csv = readAll(dir_ / part / "metrics.csv");
     EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 7);
+    EXPECT_EQ(readAll(dir_ / part / "samples.jsonl"),
+              readAll(dir_ / whole / "samples.jsonl"));
   }
 }
 

@@ -5,6 +5,7 @@
 //   metrics.jsonl  one JSON object per step (and one per RL-start eval)
 //   metrics.csv    the same rows, fixed columns, empty cells for absent values
 //   plot.png       reward, rollout accuracy and eval accuracy per step
+//   samples.jsonl  what the model wrote: greedy eval completions at each eval
 //
 // The PNG is written by a tiny encoder here (stored deflate blocks, no zlib),
 // with a 5x7 bitmap font for the axis labels and legend.
@@ -50,6 +51,22 @@ private:
   void rewrite();
   std::filesystem::path dir_;
   std::vector<nlohmann::json> rows_;
+};
+
+/// samples.jsonl: one JSON object per completion shown (the greedy
+/// completions of the first `eval = greedy(.., samples = K)` eval problems
+/// at every eval). A resumed run keeps the rows of steps up to its
+/// checkpoint, as MetricsLog does. Text that is not valid UTF-8 (a byte-level
+/// token cut inside a character) is written with U+FFFD in its place.
+class SampleLog {
+public:
+  SampleLog(std::filesystem::path file, int64_t keepUpToStep);
+  /// Writes nothing (data-parallel workers other than rank 0).
+  SampleLog() = default;
+  void append(const std::vector<nlohmann::json> &rows);
+
+private:
+  std::filesystem::path file_;
 };
 
 /// An RGB image with a few drawing primitives.

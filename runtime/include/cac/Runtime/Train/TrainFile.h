@@ -295,6 +295,9 @@ struct EvalSpec {
   /// Every this many RL steps (0: only at RL start and end).
   int64_t every = 10;
   int64_t size = 200;
+  /// Greedy completions of the first this many eval problems written to
+  /// samples.jsonl at every eval (0: none).
+  int64_t samples = 8;
   SourceLoc loc;
 };
 
