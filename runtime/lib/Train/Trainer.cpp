@@ -32,6 +32,7 @@
 #include <cstdio>
 #include <iostream>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <set>
 #include <sstream>
@@ -227,6 +228,8 @@ struct Trainer::Impl {
   std::optional<CompiledObjective> objective;
   ParamMap objectiveParams;
   std::vector<std::string> objectiveInputs;
+  /// The objective reads `group`: minibatches are whole groups.
+  bool groupMinibatches = false;
   /// SPO-tree's replay buffer (the tree plan; off unless replay_steps > 0):
   /// this worker's node samples waiting to be trained.
   ReplayBuffer replay;
@@ -569,10 +572,10 @@ struct Trainer::Impl {
                                device().str());
       ok = false;
     }
-    if (objective->wrt() != "logp_new" || objective->seqLoss()) {
+    if (objective->wrt() != "logp_new") {
       diag.error(spec.loc, "the objective '" + spec.path.stem().string() +
-                               "' must be a token loss differentiated by "
-                               "logp_new (it is differentiated by '" +
+                               "' must be differentiated by logp_new (it is "
+                               "differentiated by '" +
                                objective->wrt() + "')");
       ok = false;
     }
@@ -613,12 +616,7 @@ struct Trainer::Impl {
           ok = false;
         }
       } else if (in == "group") {
-        diag.error(spec.loc,
-                   "the objective reads 'group': statistics over the groups "
-                   "of a minibatch are not the step's (minibatches split "
-                   "groups); give it the estimator's advantages as 'adv "
-                   ": token' instead (e.g. stdlib/gspo_token.cac)");
-        ok = false;
+        // (a group id buffer; the group structure itself is below)
       } else if (in != "entropy" && in != "weight" && in != "reward") {
         diag.error(spec.loc, "the objective reads '" + in +
                                  "'; cac-run gives objectives logp_new, logp, "
@@ -628,6 +626,20 @@ struct Trainer::Impl {
       }
       objectiveInputs.push_back(in);
     }
+    // Group statistics inside the objective (stdlib/gspo.cac: GRPO's
+    // advantage) must be the step's: the minibatches hold whole groups.
+    if (m.needsGroups) {
+      groupMinibatches = true;
+      if (cfg.minibatches > cfg.prompts) {
+        diag.error(cfg.locOf("minibatches"),
+                   "the objective computes over groups, so each minibatch "
+                   "holds whole groups: minibatches (" +
+                       std::to_string(cfg.minibatches) +
+                       ") exceeds the groups per step (prompts = " +
+                       std::to_string(cfg.prompts) + ")");
+        ok = false;
+      }
+    }
     for (const auto &p : spec.params) {
       if (m.findParam(p.name) < 0) {
         diag.error(p.loc, "objective '" + m.estimator +
@@ -636,9 +648,12 @@ struct Trainer::Impl {
       }
       objectiveParams[p.name] = p.value;
     }
-    // The training file's aggregation, and Dr. GRPO's length: max_tokens.
-    objectiveParams["aggregation"] = static_cast<double>(cfg.aggregation);
-    objectiveParams["norm_len"] = static_cast<double>(cfg.rollout.maxTokens);
+    // The training file's aggregation, and Dr. GRPO's length: max_tokens
+    // (a token loss's parameters; a seq loss averages over the sequences).
+    if (m.findParam("aggregation") >= 0)
+      objectiveParams["aggregation"] = static_cast<double>(cfg.aggregation);
+    if (m.findParam("norm_len") >= 0)
+      objectiveParams["norm_len"] = static_cast<double>(cfg.rollout.maxTokens);
     return ok;
   }
 
@@ -1571,7 +1586,10 @@ struct Trainer::Impl {
     // needs each sample's tokens and sums of weight and value_weight (the
     // minibatches' normalisers): each fills its own, the sums gather them.
     int64_t g0 = 0, GB = B;
-    std::vector<double> perSample; // [GB][tokens, weight, value_weight]
+    // [GB][tokens, weight, value_weight, group + 1]
+    constexpr int64_t kCols = 4;
+    std::vector<double> perSample;
+    std::vector<int64_t> rankStart; // data-parallel: each rank's g0, and GB
     if (dist()) {
       std::vector<double> counts(static_cast<size_t>(worldSize()), 0.0);
       counts[static_cast<size_t>(rank())] = static_cast<double>(B);
@@ -1579,10 +1597,12 @@ struct Trainer::Impl {
       GB = 0;
       for (int r = 0; r < worldSize(); ++r) {
         int64_t c = std::llround(counts[static_cast<size_t>(r)]);
+        rankStart.push_back(GB);
         g0 += r < rank() ? c : 0;
         GB += c;
       }
-      perSample.assign(static_cast<size_t>(3 * GB), 0.0);
+      rankStart.push_back(GB);
+      perSample.assign(static_cast<size_t>(kCols * GB), 0.0);
       auto sums = [&](const at::Tensor &x, int column) {
         if (!x.defined())
           return;
@@ -1592,12 +1612,15 @@ struct Trainer::Impl {
           double s = 0;
           for (int64_t t = offsets[i]; t < offsets[i + 1]; ++t)
             s += p[t];
-          perSample[static_cast<size_t>(3 * (g0 + i) + column)] = s;
+          perSample[static_cast<size_t>(kCols * (g0 + i) + column)] = s;
         }
       };
-      for (int64_t i = 0; i < B; ++i)
-        perSample[static_cast<size_t>(3 * (g0 + i))] =
+      for (int64_t i = 0; i < B; ++i) {
+        perSample[static_cast<size_t>(kCols * (g0 + i))] =
             static_cast<double>(lengths[i]);
+        perSample[static_cast<size_t>(kCols * (g0 + i) + 3)] =
+            static_cast<double>(rolls[i].group + 1);
+      }
       sums(weight, 1);
       sums(valueWeight, 2);
       reduceSum(perSample);
@@ -1656,19 +1679,53 @@ struct Trainer::Impl {
     // holds), else this step's rollouts (a tree step may keep fewer node
     // samples than minibatches, or none).
     const int64_t TB = GB;
-    const int64_t M = std::min<int64_t>(cfg.minibatches, TB);
+    // What the minibatches shuffle: the samples, or, for an objective that
+    // reads `group` (its group statistics must be the step's), the groups,
+    // each a whole (a group's samples are on one rank).
+    std::vector<std::vector<int64_t>> units;
+    if (groupMinibatches) {
+      std::map<std::pair<int64_t, int64_t>, size_t> unitOf;
+      for (int64_t k = 0; k < TB; ++k) {
+        int64_t r = 0, group;
+        if (dist()) {
+          while (k >= rankStart[static_cast<size_t>(r) + 1])
+            ++r;
+          group = std::llround(
+                      perSample[static_cast<size_t>(kCols * k + 3)]) -
+                  1;
+        } else {
+          group = rolls[static_cast<size_t>(k)].group;
+        }
+        auto [it, fresh] = unitOf.try_emplace({r, group}, units.size());
+        if (fresh)
+          units.emplace_back();
+        units[it->second].push_back(k);
+      }
+    }
+    const int64_t TU =
+        groupMinibatches ? static_cast<int64_t>(units.size()) : TB;
+    const int64_t M = std::min<int64_t>(cfg.minibatches, TU);
     for (int64_t epoch = 0; epoch < cfg.epochs && TB > 0; ++epoch) {
-      at::Tensor perm = at::randperm(TB, shuffleGen, at::kLong);
+      at::Tensor perm = at::randperm(TU, shuffleGen, at::kLong);
       auto pa = perm.accessor<int64_t, 1>();
       for (int64_t mb = 0; mb < M; ++mb) {
-        int64_t lo = TB * mb / M, hi = TB * (mb + 1) / M;
+        // The minibatch's samples (global indices), in shuffled order.
+        std::vector<int64_t> members;
+        for (int64_t k = TU * mb / M; k < TU * (mb + 1) / M; ++k) {
+          if (!groupMinibatches) {
+            members.push_back(pa[k]);
+            continue;
+          }
+          const auto &u = units[static_cast<size_t>(pa[k])];
+          members.insert(members.end(), u.begin(), u.end());
+        }
         std::vector<const Rollout *> rows;
         std::vector<int64_t> tokIdx, rowIdx;
         double globalTokens = 0, globalWeight = 0, globalValueWeight = 0;
-        for (int64_t k = lo; k < hi; ++k) {
-          int64_t i = pa[k] - g0;
+        for (int64_t gi : members) {
+          int64_t i = gi - g0;
           if (dist()) {
-            const double *ps = &perSample[static_cast<size_t>(3 * pa[k])];
+            const double *ps = &perSample[static_cast<size_t>(kCols * gi)];
             globalTokens += ps[0];
             globalWeight += ps[1];
             globalValueWeight += ps[2];
@@ -1688,7 +1745,8 @@ struct Trainer::Impl {
         if (dist()) {
           double localTokens = static_cast<double>(tokIdx.size());
           tokenDenom = globalTokens;
-          seqShare = static_cast<double>(nb) / static_cast<double>(hi - lo);
+          seqShare = static_cast<double>(nb) /
+                     static_cast<double>(members.size());
           share = cfg.aggregation == Aggregation::TokenMean
                       ? (globalTokens > 0 ? localTokens / globalTokens : 0.0)
                       : seqShare;
@@ -1758,14 +1816,24 @@ struct Trainer::Impl {
                 rw.push_back(static_cast<float>(r->reward));
               in[name] = onDevice(rw, at::kFloat);
             }
+            else if (name == "group") {
+              std::vector<int64_t> g;
+              for (const Rollout *r : rows)
+                g.push_back(r->group);
+              in[name] = onDevice(g, at::kLong);
+            }
           }
-          std::vector<int64_t> mbLengths;
-          for (const Rollout *r : rows)
+          std::vector<int64_t> mbLengths, mbGroups;
+          for (const Rollout *r : rows) {
             mbLengths.push_back(static_cast<int64_t>(r->response.size()));
+            mbGroups.push_back(r->group);
+          }
+          PackedBatch mbBatch = PackedBatch::fromLengths(mbLengths);
+          if (groupMinibatches)
+            mbBatch.setGroups(at::tensor(mbGroups, at::kLong));
           CompiledObjective::Result r;
           try {
-            r = objective->run(in, PackedBatch::fromLengths(mbLengths),
-                               objectiveParams);
+            r = objective->run(in, mbBatch, objectiveParams);
           } catch (const std::exception &e) {
             throw TrainError(std::string("running the objective: ") +
                              e.what());
@@ -1778,8 +1846,14 @@ struct Trainer::Impl {
             objective->setNormalizer(r, norm[0]);
           }
           pg = CompiledObjective::surrogate(logp, r);
-          if (r.outputs.count("clipped"))
+          if (r.outputs.count("clipped")) {
             objClipped = r.outputs.at("clipped");
+            // A seq loss's `clipped` is per sequence: every token of a
+            // clipped sequence counts, as GSPO-token's would.
+            if (objClipped.numel() == nb && nb != logp.size(0))
+              objClipped = objClipped.repeat_interleave(
+                  onDevice(mbLengths, at::kLong));
+          }
         } else {
           pg = weight.defined()
                    ? -aggMasked(f, weight.index_select(0, ti), cfg.aggregation,

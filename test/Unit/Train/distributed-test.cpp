@@ -314,6 +314,20 @@ TEST_F(DistributedTest, TwoGlooWorkersMatchOneSpoChainCompiledObjective) {
                              "chain(n = 2, samples = 2, max_tokens = 4)"));
 }
 
+TEST_F(DistributedTest, TwoGlooWorkersMatchOneGspoWholeGroups) {
+  // GSPO's sequence objective computes GRPO's advantage over the groups of
+  // its minibatch, so minibatches are whole groups (each on the worker that
+  // sampled it): the same groups, shuffled alike, with 1 worker and with 2.
+  needBundles();
+  std::string obj =
+      (fs::path(CAC_TEST_SOURCE_DIR) / "stdlib" / "gspo.cac").string();
+  compareOneAndTwo(writeFile("grpo",
+                             "  minibatches = 3\n  epochs = 2\n"
+                             "  objective = cac(\"" +
+                                 obj + "\", eps_low = 0.2, eps_high = 0.2)\n",
+                             "group(n = 4, max_tokens = 4)", "", 6));
+}
+
 TEST_F(DistributedTest, TwoGlooWorkersMatchOneSapoBoundaryCritic) {
   // The value loss is a token mean over `value_weight`'s positions.
   needBundles();

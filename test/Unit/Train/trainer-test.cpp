@@ -15,6 +15,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 #include <map>
@@ -363,6 +364,58 @@ TEST_F(TrainerTest, CompiledObjectiveTrainsLikeTheBuiltinLoss) {
   EXPECT_EQ(expectSameRlMetrics(a, b, {"loss", "grad_norm", "clip_frac",
                                        "reward_mean", "kl", "ratio_mean"}),
             3);
+}
+
+// GSPO's sequence objective (stdlib/gspo.cac) recomputes GRPO's advantage
+// over the groups of its minibatch; minibatches hold whole groups, so with
+// one minibatch they are the step's groups and the run is GSPO-token
+// (stdlib/gspo_token.cac) on the grpo estimator's unwhitened advantages with
+// seq-mean-token-mean: the same objective and gradient (estimators.md §1.4).
+// Several minibatches train too; more minibatches than groups is an error.
+TEST_F(TrainerTest, GspoSequenceObjectiveTrainsOnWholeGroups) {
+  std::string compiler = CAC_TEST_COMPILER;
+  if (compiler.empty())
+    GTEST_SKIP() << "no cac compiler in this build";
+  fs::path stdlib = fs::path(CAC_TEST_SOURCE_DIR) / "stdlib";
+  auto with = [&](const std::string &obj, int minibatches) {
+    std::string src = source(
+        "grpo", "  objective = cac(\"" + (stdlib / obj).string() +
+                    "\")\n"); // GSPO's eps 3e-4 / 4e-4: epoch 2 clips
+    src.replace(src.find("kl = k3(coef = 0.01)"), 20, "kl = none");
+    src.replace(src.find("minibatches = 2"), 15,
+                "minibatches = " + std::to_string(minibatches));
+    // Enough SFT that some rollouts are right: nonzero advantages.
+    src.replace(src.find("sft(steps = 2,"), 14, "sft(steps = 60,");
+    return src;
+  };
+  TrainerOptions opts;
+  opts.compiler = compiler;
+  std::vector<json> token = runToEnd(config(with("gspo_token.cac", 1), "t"),
+                                     opts);
+  std::vector<json> seq = runToEnd(config(with("gspo.cac", 1), "s"), opts);
+  EXPECT_EQ(expectSameRlMetrics(token, seq,
+                                {"loss", "grad_norm", "reward_mean",
+                                 "ratio_mean", "clip_frac"}),
+            3);
+  double clipped = 0, norm = 0;
+  for (const json &r : seq)
+    if (r["phase"] == "rl") {
+      clipped += r["clip_frac"].get<double>();
+      norm += r["grad_norm"].get<double>();
+    }
+  EXPECT_GT(norm, 0.0) << "no gradient: nothing compared";
+  EXPECT_GT(clipped, 0.0) << "nothing clipped: clip_frac compared nothing";
+  // 3 prompts: 3 minibatches of one group each.
+  for (const json &r : runToEnd(config(with("gspo.cac", 3), "s3"), opts))
+    if (r["phase"] == "rl") {
+      EXPECT_TRUE(std::isfinite(r["loss"].get<double>())) << r.dump();
+    }
+  std::string errors = prepareErrors(config(with("gspo.cac", 4), "s4"), opts);
+  EXPECT_NE(errors.find("the objective computes over groups, so each "
+                        "minibatch holds whole groups: minibatches (4) "
+                        "exceeds the groups per step (prompts = 3)"),
+            std::string::npos)
+      << errors;
 }
 
 // An objective that reads the critic's value and the reward: SAPO's loss
