@@ -48,7 +48,7 @@ note "torch $($py -c 'import torch; print(torch.__version__)'), $(nproc) cores, 
   cmake -S runtime/tools/cac-run/gpu-check -B /tmp/cac-run-gpu -G Ninja \
     -DCMAKE_BUILD_TYPE=Release -DCAC_GPU_DEPS="$PWD/.gpu-deps" \
     -DCMAKE_PREFIX_PATH="$prefix" &&
-    ninja -C /tmp/cac-run-gpu cac-run cac-bench-generation
+    ninja -k 0 -C /tmp/cac-run-gpu cac-run cac-bench-generation
 ) >"$OUT/prebuild-train.log" 2>&1 &
 pretrain=$!
 (
@@ -56,7 +56,7 @@ pretrain=$!
     -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCAC_GPU_DEPS="$PWD/.gpu-deps" \
     -DCAC_TEST_STDLIB_BUNDLES="$PWD/.gpu-deps/stdlib-bundles" \
     -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc &&
-    ninja -C /tmp/cac-kernels-gpu cac-runtime-kernels-tests cac-bench-gpu
+    ninja -k 0 -C /tmp/cac-kernels-gpu cac-runtime-kernels-tests cac-bench-gpu
 ) >"$OUT/prebuild-kernels.log" 2>&1 &
 prekernels=$!
 wait $prekernels
@@ -80,7 +80,9 @@ for s in "${steps[@]}"; do
       wait $pretrain
       train_built=$?
       note "cac-run build: rc $train_built at ${SECONDS}s"
-      [ "$train_built" = 0 ] || grep -B2 -A12 "error" "$OUT/prebuild-train.log" | head -60
+      grep "cac_runtime_train:" "$OUT/prebuild-train.log"
+      cp /tmp/cac-run-gpu/CMakeFiles/CMakeConfigureLog.yaml "$OUT/" 2>/dev/null
+      [ "$train_built" = 0 ] || grep -A3 "error:" "$OUT/prebuild-train.log" | head -80
     fi
     [ "$train_built" = 0 ] || { note "$s: not run, cac-run did not build"; status=1; continue; }
     ;;

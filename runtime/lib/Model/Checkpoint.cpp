@@ -12,7 +12,9 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <stdexcept>
+#include <type_traits>
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -56,8 +58,19 @@ json architecture(const ModelConfig &c) {
   return j;
 }
 
-std::string stateKey(const at::Tensor &p) {
-  return c10::guts::to_string(p.unsafeGetTensorImpl());
+/// The optimizer's state key of a parameter: its TensorImpl's address as a
+/// string in LibTorch 1.x, the address itself since 2.0.
+using OptimizerStateMap = std::decay_t<
+    decltype(std::declval<torch::optim::Optimizer &>().state())>;
+template <typename Key = OptimizerStateMap::key_type>
+Key stateKey(const at::Tensor &p) {
+  if constexpr (std::is_same_v<Key, std::string>) {
+    std::ostringstream s;
+    s << p.unsafeGetTensorImpl();
+    return s.str();
+  } else {
+    return p.unsafeGetTensorImpl();
+  }
 }
 
 at::Tensor generatorState(at::Generator gen) {
@@ -127,7 +140,9 @@ void saveCheckpoint(const fs::path &dir, const CheckpointState &state) {
           continue;
         auto &s = static_cast<torch::optim::AdamWParamState &>(*st->second);
         std::string prefix = "state/" + it->second + "/";
-        tensors[prefix + "step"] = at::tensor({s.step()}, at::kLong);
+        tensors[prefix + "step"] =
+            at::empty({1}, at::TensorOptions().dtype(at::kLong))
+                .fill_(int64_t(s.step()));
         tensors[prefix + "exp_avg"] = s.exp_avg();
         tensors[prefix + "exp_avg_sq"] = s.exp_avg_sq();
         if (s.max_exp_avg_sq().defined())

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
+#include <ftw.h>
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
@@ -15,6 +16,22 @@
 namespace fs = std::filesystem;
 
 namespace cac::rt {
+
+namespace {
+/// Removes a folder and what it holds (as std::filesystem::remove_all, which
+/// is not called: pip's libtorch.so exports a remove_all of its own that
+/// crashes when the program's calls bind to it).
+int removeEntry(const char *path, const struct stat *, int, struct FTW *) {
+  return ::remove(path);
+}
+void removeTree(const fs::path &p, std::error_code &ec) {
+  ec.clear();
+  if (::nftw(p.c_str(), removeEntry, 16, FTW_DEPTH | FTW_PHYS) != 0 &&
+      errno != ENOENT)
+    ec = std::error_code(errno, std::generic_category());
+}
+} // namespace
+
 
 namespace {
 
@@ -173,7 +190,7 @@ AtomicDirectory::AtomicDirectory(fs::path finalPath)
 AtomicDirectory::~AtomicDirectory() {
   if (!committed_) {
     std::error_code ec;
-    fs::remove_all(tmp_, ec);
+    removeTree(tmp_, ec);
   }
 }
 
@@ -197,9 +214,9 @@ void AtomicDirectory::commit() {
         throwErrno("cannot move aside", final_);
       if (::rename(tmp_.c_str(), final_.c_str()) != 0)
         throwErrno("cannot rename '" + tmp_.string() + "' to", final_);
-      fs::remove_all(old, ec);
+      removeTree(old, ec);
     } else {
-      fs::remove_all(tmp_, ec);
+      removeTree(tmp_, ec);
     }
   } else if (::rename(tmp_.c_str(), final_.c_str()) != 0) {
     throwErrno("cannot rename '" + tmp_.string() + "' to", final_);

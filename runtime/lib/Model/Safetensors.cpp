@@ -3,6 +3,7 @@
 #include "cac/Runtime/Model/Safetensors.h"
 #include "cac/Runtime/Model/FileUtil.h"
 
+#include <c10/core/GradMode.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -264,7 +265,7 @@ void SafetensorsReader::readInto(const std::string &name,
   if (dst.sizes() != at::IntArrayRef(e.shape))
     fail(path_, "tensor '" + name + "' has shape " + shapeString(e.shape) +
                     ", expected " + shapeString(dst.sizes()));
-  at::NoGradGuard noGrad;
+  c10::NoGradGuard noGrad;
   dst.copy_(readRaw(name));
 }
 

@@ -17,7 +17,10 @@
 #include "cac/Runtime/Train/TrainFile.h"
 #include "cac/Runtime/Train/Trainer.h"
 
+#include <csignal>
 #include <cstdlib>
+#include <cstring>
+#include <execinfo.h>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -110,7 +113,42 @@ fs::path findCompiler() {
 
 } // namespace
 
+namespace {
+
+/// A crash (a bug of cac's or of a library's, never of the user's input)
+/// prints where it happened before the process dies with its signal, so a
+/// report can name the function.
+void reportCrash(int sig) {
+  const char *what = sig == SIGSEGV ? "segmentation fault"
+                     : sig == SIGBUS ? "bus error"
+                     : sig == SIGFPE ? "arithmetic exception"
+                     : sig == SIGILL ? "illegal instruction"
+                                     : "abort";
+  const char *head = "cac-run: crashed (";
+  const char *tail = "); this is a bug in cac, please report it with "
+                     "the stack below:\n";
+  (void)!::write(2, head, std::strlen(head));
+  (void)!::write(2, what, std::strlen(what));
+  (void)!::write(2, tail, std::strlen(tail));
+  void *frames[64];
+  int n = ::backtrace(frames, 64);
+  ::backtrace_symbols_fd(frames, n, 2);
+  std::signal(sig, SIG_DFL);
+  std::raise(sig);
+}
+
+void installCrashReporter() {
+  // backtrace() loads libgcc on first use: not inside the handler.
+  void *warm[1];
+  ::backtrace(warm, 1);
+  for (int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT})
+    std::signal(sig, reportCrash);
+}
+
+} // namespace
+
 int main(int argc, char **argv) {
+  installCrashReporter();
   std::vector<std::string> args(argv + 1, argv + argc);
   std::string file;
   Overrides ov;

@@ -23,6 +23,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <set>
@@ -574,3 +575,27 @@ TEST(DistributedPieces, OneProcessGroupSumsNothing) {
 }
 
 } // namespace
+
+// A fatal signal (a bug, never the user's input) makes cac-run print where
+// it was before it dies with that signal.
+TEST_F(DistributedTest, ACrashPrintsItsStack) {
+  needBundles();
+  fs::path file = writeFile("grpo", "");
+  std::string src = readAll(file);
+  size_t at = src.find("steps = 40");
+  ASSERT_NE(at, std::string::npos);
+  src.replace(at, 10, "steps = 100000");
+  std::ofstream(file) << src;
+  std::string err;
+  // The run takes minutes; it is stopped one second in.
+  int rc = shell(std::string(CAC_TEST_CAC_RUN) + " " + file.string() +
+                     " --no-progress --out " + (dir_ / "o").string() +
+                     " & p=$!; sleep 1; kill -SEGV $p; wait $p; exit $?",
+                 &err);
+  EXPECT_EQ(rc, 128 + SIGSEGV) << err;
+  EXPECT_NE(err.find("cac-run: crashed (segmentation fault); this is a bug in "
+                     "cac, please report it with the stack below:"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("cac-run("), std::string::npos) << err;
+}

@@ -18,7 +18,9 @@
 #   3. a tiny GRPO run (40 SFT + 2 RL steps) on $DEVICE, then --resume with
 #      one more step (checkpoint written from and loaded onto the device);
 #   4. unless NCCL=0, the same run with `--gpus 1` (c10d ProcessGroupNCCL on
-#      cuda:0), whose metrics must match the single-process run's.
+#      cuda:0): its SFT rows must match the single-process run's, its RL rows
+#      one Gloo worker's on the CPU (workers draw rollouts from per-token
+#      uniforms, a single process from one generator).
 #
 # DEVICE=cpu checks the script itself on a machine without a GPU (then the
 # two runs of step 2 are the same computation). Logs go to $OUT (or /tmp).
@@ -224,15 +226,30 @@ rows=$(grep -c . "$work/long/metrics.jsonl" 2>/dev/null || echo 0)
 [ "$rows" = 44 ] && echo "resume on $device: 44 metric rows" ||
   { echo "resume on $device: $rows metric rows, expected 44"; status=1; }
 
-# 4. The same run as one NCCL worker on cuda:0.
+# 4. The same run as one NCCL worker on cuda:0. Workers draw each token's
+# uniform from (seed, step, prompt, stream, position), so that the rollouts
+# do not depend on the worker count; a single process draws from one
+# sequential generator. The SFT rows and the eval before RL are the same
+# computation as step 3's; the RL rows are compared with one Gloo worker on
+# the CPU where this cac-run has Gloo (pip's LibTorch has no Gloo headers:
+# then the first RL row is printed, to compare with `cac-run --workers 1`
+# on a machine that has it).
 if [ "${NCCL:-1}" = 1 ]; then
   "$run" "$work/long.cac" --gpus 1 --out "$work/nccl" --no-progress \
     >"$out/nccl.log" 2>&1 || { echo "--gpus 1 failed:"; tail -20 "$out/nccl.log"; status=1; }
   grep -h "workers (" "$out/nccl.log"
-  # The first 43 rows of the resumed run are the uninterrupted run's.
-  head -n 43 "$work/long/metrics.jsonl" >"$work/single.jsonl"
-  [ -f "$work/nccl/metrics.jsonl" ] &&
-    { compare "$work/single.jsonl" "$work/nccl/metrics.jsonl" 43 \
-        "--gpus 1 (nccl) vs --device $device" || status=1; }
+  cp "$work/nccl/metrics.jsonl" "$out/nccl-metrics.jsonl" 2>/dev/null
+  head -n 41 "$work/long/metrics.jsonl" >"$work/single-sft.jsonl"
+  head -n 41 "$work/nccl/metrics.jsonl" >"$work/nccl-sft.jsonl" 2>/dev/null
+  compare "$work/single-sft.jsonl" "$work/nccl-sft.jsonl" 41 \
+    "--gpus 1 (nccl) vs --device $device, SFT and the eval before RL" || status=1
+  if "$run" "$work/long.cac" --workers 1 --device cpu --out "$work/gloo" --no-progress \
+    >"$out/gloo.log" 2>&1; then
+    compare "$work/gloo/metrics.jsonl" "$work/nccl/metrics.jsonl" 43 \
+      "--gpus 1 (nccl) vs --workers 1 (gloo, cpu)" || status=1
+  else
+    echo "no Gloo worker here ($(tail -1 "$out/gloo.log")); the first RL row of --gpus 1:"
+    sed -n 42p "$work/nccl/metrics.jsonl"
+  fi
 fi
 exit $status
