@@ -41,7 +41,7 @@ for s in "${steps[@]}"; do
   echo "== $s ($(date -u +%H:%M:%S))"
   case $s in
   tests) test/Unit/Kernels/gpu-check/run.sh || status=1 ;;
-  bench) test/Unit/Kernels/gpu-check/run.sh --bench --shapes 4096x4096,256x8192,256x4096 \
+  bench) test/Unit/Kernels/gpu-check/run.sh --bench --shapes 4096x4096,256x8192,256x4096,8x64 \
            --methods gae,sae,grpo,gae_dense,rloo,spo_chain,sapo,treeadv,spo_tree \
            --iters 30 || status=1 ;;
   train | nccl) runtime/tools/cac-run/gpu-check/run.sh || status=1 ;;

@@ -7,8 +7,8 @@
 #
 # builds the two standalone projects at once (the runtime's kernel tests and
 # GPU benchmark; cac-run and the generation benchmark), then runs the steps
-# of scripts/gpu-check.sh in the order given (default: tests train bench gen
-# main), each cut off at what is left of BUDGET seconds, and packs every log
+# of scripts/gpu-check.sh in the order given (default: tests train main bench
+# gen), each cut off at what is left of BUDGET seconds, and packs every log
 # into $OUT/logs.tgz (the device tool returns only a few files) with the
 # tables (bench-gpu.md, generation-cuda.md) and summary.txt beside it. A step
 # that did not start for lack of time says so in summary.txt. Exit status 0
@@ -23,7 +23,7 @@ export OUT=/tmp/cac-gpu-session-logs
 rm -rf "$OUT"
 mkdir -p "$OUT"
 steps=("$@")
-[ ${#steps[@]} = 0 ] && steps=(tests train bench gen main)
+[ ${#steps[@]} = 0 ] && steps=(tests train main bench gen)
 summary=$final/summary.txt
 : >"$summary"
 note() { echo "$*" | tee -a "$summary"; }

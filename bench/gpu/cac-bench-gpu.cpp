@@ -12,7 +12,8 @@
 //   variants DIR/NAME-V for each V of --variants that was staged, one row
 //            each: `thread` (`--seq-block 0`: one thread per sequence, the
 //            lowering before 2026-11-25), `b128`/`b512` (--seq-block),
-//            `i2`/`i8` (--seq-items), to choose the defaults on a GPU;
+//            `i2`/`i8` (--seq-items), `b128i2` (both), to choose the
+//            defaults on a GPU;
 //   loop     verl's loop for the methods verl has (gae, gae_dense:
 //            compute_gae_advantage_return, one column operation per token;
 //            grpo, rloo: per-sample loops over the group scores), on the
@@ -77,7 +78,8 @@ std::string fmt(const char *f, double x) {
 
 static int run(int argc, char **argv) {
   std::string bundlesDir, deviceName = "cuda";
-  std::vector<std::string> variants = {"thread", "b128", "b512", "i2", "i8"};
+  std::vector<std::string> variants = {"thread", "b128", "b512",
+                                       "i2",     "i8",   "b128i2"};
   CommonOptions o;
   o.methods = {"gae", "sae", "grpo", "gae_dense", "rloo"};
   o.shapes = {{4096, 4096}, {256, 8192}, {256, 4096}};
