@@ -791,15 +791,19 @@ private:
   /// all threads of the block: trip counts depend on the sequence only.
   void emitBlockLoop(Loop &l) {
     prepareLoopOuter(l);
-    // A rank reads its whole sequence: thread 0 sorts it before the loop.
+    // A rank reads its whole sequence: the block sorts it before the loop.
     bool hasRank = llvm::any_of(
         l.items, [](const Item &it) { return it.kind == Item::Rank; });
     if (hasRank) {
-      IndexOps(e).when(isThread0(), [&] {
-        for (Item &it : l.items)
-          if (it.kind == Item::Rank)
-            emitRankSort(cast<RankOp>(it.op));
-      });
+      bool first = true;
+      for (Item &it : l.items) {
+        if (it.kind != Item::Rank)
+          continue;
+        if (!first)
+          threads->barrier();
+        emitRankSortBlock(cast<RankOp>(it.op));
+        first = false;
+      }
       threads->barrier();
     }
     auto isFirstLast = [](ReduceOp r) {
@@ -1037,6 +1041,193 @@ private:
     return r;
   }
 
+  /// The rank's sort key of x: the float's bits, ordered so that a larger x
+  /// gives a smaller unsigned key (-0.0 is made +0.0 first, so the two tie;
+  /// every NaN +NaN, which sorts before +inf).
+  Value rankKey(Value x) {
+    Location loc = e.loc;
+    const unsigned bits = e.ft.getIntOrFloatBitWidth();
+    Type it = b.getIntegerType(bits);
+    auto iconst = [&](int64_t v) -> Value {
+      return b.create<arith::ConstantOp>(loc, b.getIntegerAttr(it, v));
+    };
+    x = b.create<arith::AddFOp>(loc, x, e.fconst(0.0)); // -0.0 -> +0.0
+    // Every NaN (x86's default NaN has the sign bit set) as +NaN, which
+    // sorts before +inf.
+    Value isNan = b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::UNO, x, x);
+    Value qnan = b.create<arith::ConstantOp>(
+        loc, b.getFloatAttr(e.ft, APFloat::getQNaN(
+                                      cast<FloatType>(e.ft).getFloatSemantics())));
+    x = b.create<arith::SelectOp>(loc, isNan, qnan, x);
+    Value raw = b.create<arith::BitcastOp>(loc, it, x);
+    Value neg =
+        b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, raw, iconst(0));
+    // Descending: negative floats keep their bits (larger x, smaller
+    // magnitude, smaller bits), the others flip all but the sign bit.
+    Value flip = b.create<arith::SelectOp>(
+        loc, neg, iconst(0),
+        iconst(bits == 64 ? std::numeric_limits<int64_t>::max()
+                          : std::numeric_limits<int32_t>::max()));
+    return b.create<arith::XOrIOp>(loc, raw, flip);
+  }
+
+  /// For each thread's counts c[k] of the 16 digits, its first output slot
+  /// of each digit: the keys of smaller digits in all threads, plus those of
+  /// digit k in the threads before it. One warp scan per digit (shuffles),
+  /// the warps' totals through shared memory ([k * warps + warp]), one
+  /// barrier.
+  SmallVector<Value> blockDigitSlots(ArrayRef<Value> counts) {
+    Location loc = e.loc;
+    const int64_t size = threads->size, w = threads->warp(),
+                  warps = size / w, digits = counts.size();
+    Value tid = threads->tid;
+    Value lane = b.create<arith::RemSIOp>(loc, tid, e.i64(w));
+    Value warp = b.create<arith::DivSIOp>(loc, tid, e.i64(w));
+    SmallVector<Value> incl(counts.begin(), counts.end());
+    for (int64_t d = 1; d < w; d *= 2) {
+      Value has = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::sge, lane,
+                                          e.i64(d));
+      for (int64_t k = 0; k < digits; ++k) {
+        Value prev = threads->shuffle(incl[k], d, false);
+        incl[k] = b.create<arith::SelectOp>(
+            loc, has, b.create<arith::AddFOp>(loc, incl[k], prev), incl[k]);
+      }
+    }
+    Value last = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, lane,
+                                         e.i64(w - 1));
+    IndexOps(e).when(last, [&] {
+      for (int64_t k = 0; k < digits; ++k)
+        storeShared(incl[k],
+                    b.create<arith::AddIOp>(loc, warp, e.i64(k * warps)));
+    });
+    threads->barrier();
+    SmallVector<Value> slots;
+    Value base = e.fconst(0.0);
+    for (int64_t k = 0; k < digits; ++k) {
+      // The same digit in this warp's lanes before this one, and in the
+      // warps before this one; then all of the digit.
+      Value mine = b.create<arith::SubFOp>(loc, incl[k], counts[k]);
+      Value total = e.fconst(0.0);
+      for (int64_t v = 0; v < warps; ++v) {
+        Value t = loadShared(e.i64(k * warps + v));
+        Value earlier = b.create<arith::CmpIOp>(
+            loc, arith::CmpIPredicate::sgt, warp, e.i64(v));
+        mine = b.create<arith::SelectOp>(
+            loc, earlier, b.create<arith::AddFOp>(loc, mine, t), mine);
+        total = b.create<arith::AddFOp>(loc, total, t);
+      }
+      slots.push_back(b.create<arith::AddFOp>(loc, base, mine));
+      base = b.create<arith::AddFOp>(loc, base, total);
+    }
+    return slots;
+  }
+
+  /// The rank's sort as a block of threads runs it (the GPU's seq kernels;
+  /// before 2026-11-26 thread 0 ran emitRankSort alone, 38 ms for SAPO at
+  /// 4096 x 4096 on an H200): the same stable LSD radix sort of the same
+  /// keys, on 4-bit digits (8 passes in f32, 16 in f64, so the sorted pair
+  /// ends in the first arrays), with the sequence cut into one contiguous
+  /// chunk per thread, in token order. Per pass:
+  ///   each thread counts its chunk's digits (16 counters in registers);
+  ///   a block-wide scan of the 16 counts (blockDigitSlots: one barrier)
+  ///     gives each thread its first output slot for each digit: the keys
+  ///     of smaller digits (all threads) and of the same digit in the
+  ///     threads before it;
+  ///   each thread scatters its chunk in token order. Stable, as chunks are
+  ///     in token order: the ranks are emitRankSort's exactly.
+  /// Then rank[start + P[k]] = k per chunk. Every barrier is reached by all
+  /// threads (trip counts depend on the sequence only); the caller's
+  /// barrier follows.
+  void emitRankSortBlock(RankOp rank) {
+    Location loc = e.loc;
+    const unsigned bits = e.ft.getIntOrFloatBitWidth();
+    const unsigned passes = bits / 4;
+    constexpr int64_t digits = 16;
+    Type it = b.getIntegerType(bits);
+    Value keys[2] = {e.args[abi.storage.lookup(rank.getResult())], Value()};
+    Abi::RankScratch sc = abi.rankScratch.lookup(rank.getOperation());
+    keys[1] = e.args[sc.keysB];
+    Value perm[2] = {e.args[sc.permA], e.args[sc.permB]};
+    auto at = [&](Value i) { return b.create<arith::AddIOp>(loc, start, i); };
+    auto min = [&](Value x, Value y) {
+      return b.create<arith::MinSIOp>(loc, x, y);
+    };
+    IndexOps ix(e);
+    const int64_t size = threads->size;
+    Value chunk = b.create<arith::DivSIOp>(
+        loc, b.create<arith::AddIOp>(loc, len, e.i64(size - 1)), e.i64(size));
+    Value c0 = min(b.create<arith::MulIOp>(loc, threads->tid, chunk), len);
+    Value c1 = min(b.create<arith::AddIOp>(loc, c0, chunk), len);
+    ix.each(c0, c1, [&](Value i) {
+      Value t = at(i);
+      e.store(rankKey(evalTok(rank.getInput(), t)), keys[0], t);
+      e.store(e.toFloat(i), perm[0], t);
+    });
+    threads->barrier();
+    for (unsigned p = 0; p < passes; ++p) {
+      Value srcK = keys[p % 2], dstK = keys[1 - p % 2];
+      Value srcP = perm[p % 2], dstP = perm[1 - p % 2];
+      auto digitOf = [&](Value key) -> Value {
+        Value sh = b.create<arith::ShRUIOp>(
+            loc, key,
+            b.create<arith::ConstantOp>(loc, b.getIntegerAttr(it, 4 * p)));
+        Value dig = b.create<arith::AndIOp>(
+            loc, sh, b.create<arith::ConstantOp>(loc, b.getIntegerAttr(it, 15)));
+        return bits == 64 ? dig
+                          : b.create<arith::ExtUIOp>(loc, b.getI64Type(), dig)
+                                .getResult();
+      };
+      // This thread's count of each digit (floats: exact below 2^24).
+      SmallVector<Value> zeros(digits, e.fconst(0.0));
+      SmallVector<Value> counts = ix.range(
+          c0, c1, zeros, [&](Value i, ValueRange acc) -> SmallVector<Value> {
+            Value dig = digitOf(e.load(srcK, at(i), it));
+            SmallVector<Value> next;
+            for (int64_t k = 0; k < digits; ++k) {
+              Value is = b.create<arith::CmpIOp>(
+                  loc, arith::CmpIPredicate::eq, dig, e.i64(k));
+              next.push_back(b.create<arith::SelectOp>(
+                  loc, is, b.create<arith::AddFOp>(loc, acc[k], e.fconst(1.0)),
+                  acc[k]));
+            }
+            return next;
+          });
+      // Its first slot of each digit (the end-of-pass barrier frees the
+      // shared memory again).
+      SmallVector<Value> slots = blockDigitSlots(counts);
+      ix.range(c0, c1, slots,
+               [&](Value i, ValueRange slot) -> SmallVector<Value> {
+                 Value t = at(i);
+                 Value key = e.load(srcK, t, it);
+                 Value dig = digitOf(key);
+                 Value pos = slot[0];
+                 SmallVector<Value> next;
+                 for (int64_t k = 0; k < digits; ++k) {
+                   Value is = b.create<arith::CmpIOp>(
+                       loc, arith::CmpIPredicate::eq, dig, e.i64(k));
+                   if (k)
+                     pos = b.create<arith::SelectOp>(loc, is, slot[k], pos);
+                   next.push_back(b.create<arith::SelectOp>(
+                       loc, is,
+                       b.create<arith::AddFOp>(loc, slot[k], e.fconst(1.0)),
+                       slot[k]));
+                 }
+                 Value out =
+                     at(b.create<arith::FPToSIOp>(loc, b.getI64Type(), pos));
+                 e.store(key, dstK, out);
+                 e.store(e.load(srcP, t, e.ft), dstP, out);
+                 return next;
+               });
+      threads->barrier();
+    }
+    // Ranks from the sorted permutation (in perm[0]: an even pass count).
+    ix.each(c0, c1, [&](Value k) {
+      Value p = e.load(perm[0], at(k), e.ft);
+      Value pos = b.create<arith::FPToSIOp>(loc, b.getI64Type(), p);
+      e.store(e.toFloat(k), keys[0], at(pos));
+    });
+  }
+
   /// rank[t] = #{u : x[u] > x[t] or (x[u] == x[t] and u < t)}, the position
   /// of token t when the sequence is sorted by x descending, ties by the lower
   /// index. An LSD radix sort of (key, position) pairs per sequence, one byte
@@ -1108,26 +1299,7 @@ private:
     // Keys, the identity permutation and the histograms of every byte.
     ix.range(zero, len, {}, [&](Value i, ValueRange) -> SmallVector<Value> {
       Value t = at(i);
-      Value x = evalTok(rank.getInput(), t);
-      x = b.create<arith::AddFOp>(loc, x, e.fconst(0.0)); // -0.0 -> +0.0
-      // Every NaN (x86's default NaN has the sign bit set) as +NaN, which
-      // sorts before +inf.
-      Value isNan =
-          b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::UNO, x, x);
-      Value qnan = b.create<arith::ConstantOp>(
-          loc, b.getFloatAttr(e.ft, APFloat::getQNaN(
-                                        cast<FloatType>(e.ft).getFloatSemantics())));
-      x = b.create<arith::SelectOp>(loc, isNan, qnan, x);
-      Value raw = b.create<arith::BitcastOp>(loc, it, x);
-      Value neg = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, raw,
-                                          iconst(it, 0));
-      // Descending: negative floats keep their bits (larger x, smaller
-      // magnitude, smaller bits), the others flip all but the sign bit.
-      Value flip = b.create<arith::SelectOp>(
-          loc, neg, iconst(it, 0),
-          iconst(it, bits == 64 ? std::numeric_limits<int64_t>::max()
-                                : std::numeric_limits<int32_t>::max()));
-      Value d = b.create<arith::XOrIOp>(loc, raw, flip);
+      Value d = rankKey(evalTok(rank.getInput(), t));
       e.store(d, keysA, t);
       e.store(e.toFloat(i), permA, t);
       for (unsigned p = 0; p < passes; ++p)
@@ -2188,7 +2360,7 @@ struct LowerKernelsPass
         Value tid = threads.tid;
         Value area = lb.create<LLVM::GEPOp>(
             loc, threads.shared.getType(), ft, threads.shared,
-            ValueRange{i64(2 * threads.size)});
+            ValueRange{i64(cac::blockExchangeOffset(threads.size))});
         auto at = [&](Value i) {
           return lb.create<LLVM::GEPOp>(loc, area.getType(), ft, area,
                                         ValueRange{i});

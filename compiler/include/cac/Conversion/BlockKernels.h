@@ -13,11 +13,20 @@
 
 namespace cac {
 
-/// The shared-memory elements (of the bundle's float type) of a block of
-/// `threads` threads: the warps' partials (two arrays of `threads`, of which
-/// the first threads / 32 elements are used), then the simulation's exchange
-/// area for shuffles.
-inline int64_t blockSharedElements(int64_t threads) { return 3 * threads; }
+/// Where the simulation's exchange area for shuffles starts, in elements
+/// (of the bundle's float type) of a block's shared memory: after the warps'
+/// partials, two arrays of `threads` (of which the first threads / 32
+/// elements are used) or the rank sort's 16 digit totals per warp (16 for a
+/// block of one warp), whichever is larger.
+inline int64_t blockExchangeOffset(int64_t threads) {
+  int64_t warps = threads < 32 ? 1 : threads / 32;
+  return 2 * threads > 16 * warps ? 2 * threads : 16 * warps;
+}
+/// The shared-memory elements of a block of `threads` threads: the
+/// partials, then the exchange area (one element per thread).
+inline int64_t blockSharedElements(int64_t threads) {
+  return blockExchangeOffset(threads) + threads;
+}
 
 /// `seq-block`: 0 (one thread per sequence) or a power of 2 up to 1024.
 inline bool isValidSeqBlock(int64_t threads) {
