@@ -37,33 +37,22 @@ trap pack EXIT
 left() { echo $((budget - SECONDS)); }
 
 py=$(command -v python3)
-prefix=$($py -c "import torch; print(torch.utils.cmake_prefix_path)")
 torchlib=$(dirname "$($py -c "import torch; print(torch.__file__)")")/lib
 export PATH=/usr/local/cuda/bin:$PATH
 note "$(nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader)"
 note "torch $($py -c 'import torch; print(torch.__version__)'), $(nproc) cores, $(date -u +%FT%TZ)"
 
-# Both builds at once: 16 cores, and the second project is the larger.
-(
-  cmake -S runtime/tools/cac-run/gpu-check -B /tmp/cac-run-gpu -G Ninja \
-    -DCMAKE_BUILD_TYPE=Release -DCAC_GPU_DEPS="$PWD/.gpu-deps" \
-    -DCMAKE_PREFIX_PATH="$prefix" &&
-    ninja -k 0 -C /tmp/cac-run-gpu cac-run cac-bench-generation
-) >"$OUT/prebuild-train.log" 2>&1 &
+# Both builds at once (16 cores, and the second project is the larger), by
+# the scripts the steps call, so that the steps find them built.
+mkdir -p "$OUT/prebuild-train" "$OUT/prebuild-kernels"
+OUT=$OUT/prebuild-train BUILD_ONLY=1 runtime/tools/cac-run/gpu-check/run.sh \
+  >"$OUT/prebuild-train.log" 2>&1 &
 pretrain=$!
-(
-  cmake -S test/Unit/Kernels/gpu-check -B /tmp/cac-kernels-gpu -G Ninja \
-    -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCAC_GPU_DEPS="$PWD/.gpu-deps" \
-    -DCAC_TEST_STDLIB_BUNDLES="$PWD/.gpu-deps/stdlib-bundles" \
-    -DCMAKE_PREFIX_PATH="$prefix" -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc &&
-    ninja -k 0 -C /tmp/cac-kernels-gpu cac-runtime-kernels-tests cac-bench-gpu
-) >"$OUT/prebuild-kernels.log" 2>&1 &
-prekernels=$!
-wait $prekernels
-rc=$?
-note "kernels build: rc $rc at ${SECONDS}s"
-[ $rc = 0 ] || grep -B2 -A12 "error" "$OUT/prebuild-kernels.log" | head -60
-kernels_built=$rc
+OUT=$OUT/prebuild-kernels BUILD_ONLY=1 test/Unit/Kernels/gpu-check/run.sh \
+  >"$OUT/prebuild-kernels.log" 2>&1
+kernels_built=$?
+note "kernels build: rc $kernels_built at ${SECONDS}s"
+[ $kernels_built = 0 ] || cat "$OUT/prebuild-kernels.log"
 train_built=""
 
 status=0
@@ -80,9 +69,8 @@ for s in "${steps[@]}"; do
       wait $pretrain
       train_built=$?
       note "cac-run build: rc $train_built at ${SECONDS}s"
-      grep "cac_runtime_train:" "$OUT/prebuild-train.log"
+      cat "$OUT/prebuild-train.log"
       cp /tmp/cac-run-gpu/CMakeFiles/CMakeConfigureLog.yaml "$OUT/" 2>/dev/null
-      [ "$train_built" = 0 ] || grep -A3 "error:" "$OUT/prebuild-train.log" | head -80
     fi
     [ "$train_built" = 0 ] || { note "$s: not run, cac-run did not build"; status=1; continue; }
     ;;

@@ -1144,9 +1144,9 @@ private:
     const unsigned passes = bits / 4;
     constexpr int64_t digits = 16;
     Type it = b.getIntegerType(bits);
-    Value keys[2] = {e.args[abi.storage.lookup(rank.getResult())], Value()};
     Abi::RankScratch sc = abi.rankScratch.lookup(rank.getOperation());
-    keys[1] = e.args[sc.keysB];
+    Value keys[2] = {e.args[abi.storage.lookup(rank.getResult())],
+                     e.args[sc.keysB]};
     Value perm[2] = {e.args[sc.permA], e.args[sc.permB]};
     auto at = [&](Value i) { return b.create<arith::AddIOp>(loc, start, i); };
     auto min = [&](Value x, Value y) {

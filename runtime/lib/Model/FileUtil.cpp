@@ -18,6 +18,7 @@ namespace fs = std::filesystem;
 namespace cac::rt {
 
 namespace {
+
 /// Removes a folder and what it holds (as std::filesystem::remove_all, which
 /// is not called: pip's libtorch.so exports a remove_all of its own that
 /// crashes when the program's calls bind to it).
@@ -30,10 +31,6 @@ void removeTree(const fs::path &p, std::error_code &ec) {
       errno != ENOENT)
     ec = std::error_code(errno, std::generic_category());
 }
-} // namespace
-
-
-namespace {
 
 [[noreturn]] void throwErrno(const std::string &what, const fs::path &path) {
   int err = errno;

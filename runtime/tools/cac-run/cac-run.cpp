@@ -111,10 +111,6 @@ fs::path findCompiler() {
   return {};
 }
 
-} // namespace
-
-namespace {
-
 /// A crash (a bug of cac's or of a library's, never of the user's input)
 /// prints where it happened before the process dies with its signal, so a
 /// report can name the function.

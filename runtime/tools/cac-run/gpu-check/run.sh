@@ -30,7 +30,8 @@
 # with the staged grpo bundle) on $DEVICE and prints its accuracy before and
 # after RL and its time per phase, for docs/benchmarks.md. `run.sh gen`
 # builds bench/generation and prints generation tokens/s with and without the
-# KV cache on $DEVICE and on the CPU, for docs/benchmarks.md.
+# KV cache on $DEVICE and on the CPU, for docs/benchmarks.md. BUILD_ONLY=1
+# builds cac-run and cac-bench-generation and runs nothing.
 set -uo pipefail
 out=${OUT:-/tmp}
 py=${PYTHON:-$(command -v python3)}
@@ -55,8 +56,10 @@ else
   grep "cac_runtime_train" "$out/configure.log"
   target=cac-run
   [ "${1:-}" = gen ] && target=cac-bench-generation
-  ninja -C "$build" $target >"$out/build.log" 2>&1 ||
+  [ -n "${BUILD_ONLY:-}" ] && target="cac-run cac-bench-generation"
+  ninja -k 0 -C "$build" $target >"$out/build.log" 2>&1 ||
     { grep -A12 "error" "$out/build.log" | head -80; exit 1; }
+  [ -n "${BUILD_ONLY:-}" ] && exit 0
   export LD_LIBRARY_PATH=$torchlib:${LD_LIBRARY_PATH:-}
   run=$build/bin/cac-run
 fi

@@ -6,6 +6,7 @@
 #   run.sh --bench [ARGS]   instead builds bench/gpu/cac-bench-gpu and runs it
 #                           on the staged .gpu-deps/bench-bundles (ARGS go to
 #                           it, e.g. --shapes 4096x4096 --iters 50)
+#   BUILD_ONLY=1 run.sh     builds both and runs nothing
 set -uo pipefail
 bench=0
 if [ "${1:-}" = --bench ]; then
@@ -31,8 +32,10 @@ cmake -S test/Unit/Kernels/gpu-check -B "$build" -G Ninja \
 grep "cac_runtime_kernels" "$out/configure.log"
 target=cac-runtime-kernels-tests
 [ $bench = 1 ] && target=cac-bench-gpu
-ninja -C "$build" $target >"$out/build.log" 2>&1 ||
+[ -n "${BUILD_ONLY:-}" ] && target="cac-runtime-kernels-tests cac-bench-gpu"
+ninja -k 0 -C "$build" $target >"$out/build.log" 2>&1 ||
   { grep -A12 "error" "$out/build.log" | head -80; exit 1; }
+[ -n "${BUILD_ONLY:-}" ] && exit 0
 export LD_LIBRARY_PATH=$torchlib:${LD_LIBRARY_PATH:-}
 if [ $bench = 1 ]; then
   nvidia-smi --query-gpu=name,memory.total,clocks.max.memory --format=csv,noheader || true
