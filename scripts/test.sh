@@ -22,13 +22,15 @@ for backend in cpu eager; do
 done
 # The GPU's block-per-sequence kernels, their threads simulated on the CPU
 # (`--backend gpu-sim`), against the same reference: the GPU's default blocks
-# (256 threads x 4 tokens, eight warps), blocks of 64 threads (two warps, so
-# the block scan's cross-warp step runs) with 2 tokens per thread, and blocks
-# of 4 threads with 3 tokens (many tiles, positions past the end).
+# (128 threads x 4 tokens, four warps, --seq-layout auto), blocks of 64
+# threads (two warps, so the block scan's cross-warp step runs) with 2 tokens
+# per thread, blocks of 4 threads with 3 tokens (many tiles, positions past
+# the end), and blocks of 64 x 2 and 256 x 4 striped throughout (a block scan
+# per row of a tile; the old 256 x 4 default's eight warps).
 python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$methods" \
   --backend gpu-sim --seeds 1-6 --max-len 4096 --stdlib stdlib || status=1
 # The same in f32, the precision the bundles run in (host.so and the GPU's
-# default 256 x 4 blocks), on sequences up to 8192 tokens: errors up to 9e-6
+# default 128 x 4 blocks), on sequences up to 8192 tokens: errors up to 9e-6
 # relative were measured, the tolerance is 5e-5.
 python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$methods" \
   --backend cpu,gpu-sim --seeds 1-6 --max-len 8192 --stdlib stdlib \
@@ -39,8 +41,14 @@ python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$methods" 
 python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$methods" \
   --backend gpu-sim --seeds 7-9 --max-len 1024 --stdlib stdlib \
   --cac-arg=--seq-block=4 --cac-arg=--seq-items=3 || status=1
+python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$methods" \
+  --backend gpu-sim --seeds 10-12 --max-len 2048 --stdlib stdlib \
+  --cac-arg=--seq-block=64 --cac-arg=--seq-items=2 --cac-arg=--seq-layout=striped || status=1
+python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$methods" \
+  --backend gpu-sim --seeds 13-14 --max-len 4096 --stdlib stdlib \
+  --cac-arg=--seq-block=256 --cac-arg=--seq-layout=striped || status=1
 # (check_objective runs the objectives' gpu-sim kernels too: blocks of 8
-# threads x 2 tokens, then the GPU's default 256 x 4.)
+# threads x 2 tokens, then 256 x 4.)
 python3 test/reference/check_objective.py --cac "$BUILD/bin/cac" --seeds 1-3 \
   --max-len 512 || status=1
 python3 test/reference/check_objective.py --cac "$BUILD/bin/cac" --seeds 4-5 \

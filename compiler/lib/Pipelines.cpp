@@ -27,6 +27,8 @@ static cac::CacLowerKernelsOptions lowerOptions(StringRef target,
   l.blockSize = o.blockSize;
   l.seqBlock = o.seqBlock;
   l.seqItems = o.seqItems;
+  l.seqLayout = o.seqLayout;
+  l.seqMinBlocks = o.seqMinBlocks;
   return l;
 }
 

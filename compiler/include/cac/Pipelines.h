@@ -23,8 +23,15 @@ struct CudaOptions {
   int64_t blockSize = 128;
   /// Threads per block of the block-per-sequence seq kernels (a power of 2;
   /// 0: one thread per sequence) and consecutive tokens per thread in a tile.
-  int64_t seqBlock = 256;
+  int64_t seqBlock = 128;
   int64_t seqItems = 4;
+  /// Which tokens of a tile a thread takes: "blocked" (seqItems consecutive
+  /// ones), "striped" (token j * seqBlock + tid for each j) or "auto"
+  /// (striped in loops without a scan, blocked in the others).
+  std::string seqLayout = "auto";
+  /// Blocks of a seq kernel that must fit on one SM at once (PTX
+  /// .minnctapersm, which bounds the registers); 0: no bound.
+  int64_t seqMinBlocks = 0;
 };
 
 /// cac dialect -> partitioned cac dialect (canonicalize, CSE, partition).

@@ -427,7 +427,11 @@ struct Loop {
 /// meet in `cac_sim_barrier`.
 struct BlockThreads {
   int64_t size = 0;  ///< threads per block, a power of 2
-  int64_t items = 1; ///< consecutive tokens per thread in a tile
+  int64_t items = 1; ///< tokens per thread in a tile
+  /// Which tokens of a tile thread tid takes, for j < items: j * size + tid
+  /// (striped) or tid * items + j (blocked); auto: striped in loops without
+  /// a scan, blocked in loops with one.
+  enum class Layout { Blocked, Striped, Auto } layout = Layout::Auto;
   Value tid;         ///< i64 in [0, size)
   Value shared;      ///< blockSharedElements(size) elements of the float type
   std::function<void()> barrier;
@@ -439,6 +443,12 @@ struct BlockThreads {
   /// Lanes per warp: 32, or the whole block when it is smaller.
   int64_t warp() const { return std::min<int64_t>(32, size); }
 };
+
+BlockThreads::Layout layoutOf(StringRef name) {
+  return name == "blocked"   ? BlockThreads::Layout::Blocked
+         : name == "striped" ? BlockThreads::Layout::Striped
+                             : BlockThreads::Layout::Auto;
+}
 
 class SeqKernelEmitter {
 public:
@@ -825,7 +835,22 @@ private:
         e.loc,
         b.create<arith::AddIOp>(e.loc, len, e.i64(size * items - 1)),
         tileLen);
-    Value first = b.create<arith::MulIOp>(e.loc, threads->tid, e.i64(items));
+    // The thread's first position in a tile and the step to its next one:
+    // blocked, tid * items + j; striped, j * size + tid (a warp's j-th loads
+    // and stores are then 32 contiguous tokens). A scan costs one block scan
+    // per tile when blocked and one per row when striped: on an H200
+    // (docs/benchmarks.md) striped made GRPO's broadcast 2.2x faster and
+    // GAE's scan 1.6x slower, hence auto.
+    bool hasScan = llvm::any_of(
+        l.items, [](const Item &it) { return it.kind == Item::Scan; });
+    const bool striped =
+        threads->layout == BlockThreads::Layout::Striped ||
+        (threads->layout == BlockThreads::Layout::Auto && !hasScan);
+    Value first =
+        striped ? threads->tid
+                : b.create<arith::MulIOp>(e.loc, threads->tid, e.i64(items))
+                      .getResult();
+    const int64_t stride = striped ? size : 1;
     Value lastPos = b.create<arith::SubIOp>(e.loc, len, e.i64(1));
     Value lastTok = b.create<arith::SubIOp>(e.loc, end, e.i64(1));
     auto forOp = b.create<scf::ForOp>(e.loc, e.i64(0), tiles, e.i64(1), inits);
@@ -840,7 +865,7 @@ private:
       tokenMemo.clear();
       SmallVector<Value> ts, ins;
       for (int64_t j = 0; j < items; ++j) {
-        Value p = b.create<arith::AddIOp>(e.loc, base, e.i64(j));
+        Value p = b.create<arith::AddIOp>(e.loc, base, e.i64(j * stride));
         Value in =
             b.create<arith::CmpIOp>(e.loc, arith::CmpIPredicate::slt, p, len);
         Value pc = b.create<arith::SelectOp>(e.loc, in, p, lastPos);
@@ -860,6 +885,7 @@ private:
           auto scan = cast<ScanOp>(it.op);
           SmallVector<Value> xs, cs;
           Value a = e.fconst(1.0), bb = e.fconst(0.0);
+          // Every load of the tile first, then the scans.
           for (int64_t j = 0; j < items; ++j) {
             Value x = evalTok(scan.getInput(), ts[j]);
             Value c = evalTok(scan.getDecay(), ts[j]);
@@ -867,10 +893,28 @@ private:
                 b.create<arith::SelectOp>(e.loc, ins[j], x, e.fconst(0.0)));
             cs.push_back(
                 b.create<arith::SelectOp>(e.loc, ins[j], c, e.fconst(1.0)));
-            std::tie(a, bb) = affineAfter(a, bb, cs[j], xs[j]);
+            if (!striped)
+              std::tie(a, bb) = affineAfter(a, bb, cs[j], xs[j]);
+          }
+          Value prev = forOp.getRegionIterArgs()[carry++];
+          if (striped) {
+            // One block-wide scan per row of `size` tokens, the carry
+            // passed from row to row.
+            for (int64_t j = 0; j < items; ++j) {
+              if (j)
+                threads->barrier(); // the previous row's shared memory
+              auto [exA, exB, totA, totB] = blockScan(cs[j], xs[j]);
+              Value yj = applyAffine(cs[j], xs[j], applyAffine(exA, exB, prev));
+              IndexOps(e).when(ins[j],
+                               [&] { e.storeBuffer(it.buffer, yj, ts[j]); });
+              tokenMemo[{scan.getResult(), ts[j]}] = yj;
+              prev = applyAffine(totA, totB, prev);
+            }
+            yields.push_back(prev);
+            threads->barrier();
+            break;
           }
           auto [exA, exB, totA, totB] = blockScan(a, bb);
-          Value prev = forOp.getRegionIterArgs()[carry++];
           Value y = applyAffine(exA, exB, prev);
           for (int64_t j = 0; j < items; ++j) {
             y = applyAffine(cs[j], xs[j], y);
@@ -2059,6 +2103,12 @@ struct LowerKernelsPass
           << seqItems.getValue();
       return signalPassFailure();
     }
+    if (!cac::isValidSeqLayout(seqLayout)) {
+      module.emitError("cac-lower-kernels: seq-layout must be auto, blocked "
+                       "or striped, not '")
+          << seqLayout.getValue() << "'";
+      return signalPassFailure();
+    }
     SmallVector<EstimatorOp> ests(module.getOps<EstimatorOp>());
     if (ests.size() != 1) {
       module.emitError("expected exactly one cac.estimator");
@@ -2242,8 +2292,10 @@ struct LowerKernelsPass
       k["grid"] = stringifyDomain(kernel.getGrid()).str();
       k["block"] = perBlock ? seqBlock.getValue() : blockSize.getValue();
       k["unit"] = perBlock ? "block" : "thread";
-      if (perBlock)
+      if (perBlock) {
         k["items"] = seqItems.getValue();
+        k["layout"] = seqLayout.getValue();
+      }
       kernelsJson.push_back(std::move(k));
     }
 
@@ -2330,6 +2382,7 @@ struct LowerKernelsPass
     BlockThreads threads;
     threads.size = seqBlock;
     threads.items = seqItems;
+    threads.layout = layoutOf(seqLayout);
     threads.tid = entry->getArgument(1);
     threads.shared = entry->getArgument(2);
     Value one = ib.create<arith::ConstantOp>(loc, ib.getI64IntegerAttr(1));
@@ -2439,8 +2492,12 @@ struct LowerKernelsPass
       // The launch must use exactly seq-block threads (.reqntid in PTX).
       fn.setKnownBlockSizeAttr(ib.getDenseI32ArrayAttr(
           {int32_t(seqBlock.getValue()), 1, 1}));
+      if (seqMinBlocks > 0)
+        fn->setAttr("nvvm.minctasm",
+                    ib.getI32IntegerAttr(int32_t(seqMinBlocks.getValue())));
       threads.size = seqBlock;
       threads.items = seqItems;
+      threads.layout = layoutOf(seqLayout);
       threads.tid = tid;
       auto shared = ib.create<LLVM::AddressOfOp>(
           loc, LLVM::LLVMPointerType::get(ib.getContext(), 3), kSharedName);

@@ -4,6 +4,7 @@
 //   cac compile FILE --emit=ast|mlir|kernels|llvm|ptx [-o OUT]
 //   cac eval FILE --input batch.json [--param NAME=VALUE]...
 //            [--backend cpu|eager|gpu-sim] [--seq-block N] [--seq-items N]
+//            [--seq-layout auto|blocked|striped]
 //
 //===----------------------------------------------------------------------===//
 
@@ -80,12 +81,25 @@ static cl::opt<int64_t> seqBlock(
     "seq-block",
     cl::desc("GPU: threads per block of the block-per-sequence kernels (a "
              "power of 2 up to 1024; 0: one thread per sequence)"),
-    cl::init(256), cl::cat(cat));
+    cl::init(128), cl::cat(cat));
 static cl::opt<int64_t> seqItems(
     "seq-items",
     cl::desc("GPU: consecutive tokens per thread in a tile of a "
              "block-per-sequence kernel (1 to 16)"),
     cl::init(4), cl::cat(cat));
+static cl::opt<std::string> seqLayout(
+    "seq-layout",
+    cl::desc("GPU: which tokens of a tile a thread of a block-per-sequence "
+             "kernel takes: blocked (--seq-items consecutive ones), striped "
+             "(one per row of --seq-block tokens: contiguous warp accesses) "
+             "or auto (default: striped in loops without a scan)"),
+    cl::init("auto"), cl::cat(cat));
+static cl::opt<int64_t> seqMinBlocks(
+    "seq-min-blocks",
+    cl::desc("GPU: blocks of a block-per-sequence kernel that must fit on one "
+             "SM at once (PTX .minnctapersm; ptxas bounds the registers to "
+             "fit them); 0 (default): no bound"),
+    cl::init(0), cl::cat(cat));
 static cl::opt<std::string> dtype(
     "dtype", cl::desc("eval precision: f64 (default) or f32"),
     cl::init("f64"), cl::cat(cat));
@@ -167,6 +181,12 @@ int realMain() {
                 llvm::Twine(seqBlock));
   if (!cac::isValidSeqItems(seqItems))
     return fail("--seq-items must be in [1, 16], not " + llvm::Twine(seqItems));
+  if (seqMinBlocks < 0 || seqMinBlocks > 32)
+    return fail("--seq-min-blocks must be in [0, 32], not " +
+                llvm::Twine(seqMinBlocks));
+  if (!cac::isValidSeqLayout(seqLayout.getValue()))
+    return fail("--seq-layout must be auto, blocked or striped, not '" +
+                seqLayout.getValue() + "'");
   DialectRegistry registry;
   cac::registerAllDialects(registry);
   MLIRContext ctx(registry);
@@ -233,6 +253,8 @@ int realMain() {
     opts.chip = arch;
     opts.seqBlock = seqBlock;
     opts.seqItems = seqItems;
+    opts.seqLayout = seqLayout;
+    opts.seqMinBlocks = seqMinBlocks;
     if (failed(runPipeline(ctx, *module, [&](OpPassManager &pm) {
           cac::buildCudaPipeline(pm, opts);
         })))
@@ -351,6 +373,8 @@ int realMain() {
       cac::CudaOptions opts;
       opts.seqBlock = seqBlock;
       opts.seqItems = seqItems;
+      opts.seqLayout = seqLayout;
+      opts.seqMinBlocks = seqMinBlocks;
       if (failed(runPipeline(ctx, *module, [&](OpPassManager &pm) {
             if (sim)
               cac::buildCudaSimPipeline(pm, opts);

@@ -10,6 +10,7 @@
 #define CAC_CONVERSION_BLOCKKERNELS_H
 
 #include <cstdint>
+#include <string>
 
 namespace cac {
 
@@ -34,6 +35,10 @@ inline bool isValidSeqBlock(int64_t threads) {
 }
 /// `seq-items`: consecutive tokens per thread in a tile, 1 to 16.
 inline bool isValidSeqItems(int64_t items) { return items >= 1 && items <= 16; }
+/// `seq-layout`: "auto", "blocked" or "striped".
+inline bool isValidSeqLayout(const std::string &layout) {
+  return layout == "auto" || layout == "blocked" || layout == "striped";
+}
 
 /// The host function `void(void *barrier)` that simulated block kernels
 /// call at each barrier.

@@ -18,7 +18,7 @@ def CacLowerKernels : Pass<"cac-lower-kernels", "::mlir::ModuleOp"> {
     and loops over `[unit_begin, unit_end)`; with `target=cuda` it is a
     `gpu.func` kernel in a `gpu.module`: `seq` kernels run one block of
     `seq-block` threads per sequence (tiles of `seq-block * seq-items`
-    tokens, scans as block-wide parallel scans of their affine steps,
+    tokens, `seq-layout` blocked or striped within a tile, scans as block-wide parallel scans of their affine steps,
     reductions as block-wide trees; `seq-block=0` keeps one thread per
     sequence), `group` and `node` kernels one thread per unit. With
     `target=cuda-sim` the block kernels are CPU functions
@@ -33,12 +33,21 @@ def CacLowerKernels : Pass<"cac-lower-kernels", "::mlir::ModuleOp"> {
            "cpu, cuda or cuda-sim">,
     Option<"blockSize", "block-size", "int64_t", /*default=*/"128",
            "threads per block for CUDA kernels with one thread per unit">,
-    Option<"seqBlock", "seq-block", "int64_t", /*default=*/"256",
+    Option<"seqBlock", "seq-block", "int64_t", /*default=*/"128",
            "threads per block of the block-per-sequence seq kernels (a "
            "power of 2 up to 1024; 0: one thread per sequence)">,
     Option<"seqItems", "seq-items", "int64_t", /*default=*/"4",
-           "consecutive tokens per thread in a tile of a block-per-sequence "
-           "kernel (1 to 16)">,
+           "tokens per thread in a tile of a block-per-sequence kernel (1 "
+           "to 16)">,
+    Option<"seqMinBlocks", "seq-min-blocks", "int64_t", /*default=*/"0",
+           "blocks of a block-per-sequence kernel that must fit on one SM "
+           "at once (PTX .minnctapersm: ptxas limits the registers to fit "
+           "them); 0: no limit">,
+    Option<"seqLayout", "seq-layout", "std::string", /*default=*/"\"auto\"",
+           "which tokens of a tile a thread takes: blocked (seq-items "
+           "consecutive ones), striped (one in each row of seq-block "
+           "tokens, so that a warp's loads and stores are contiguous) or "
+           "auto (striped in loops without a scan, blocked in the others)">,
   ];
   let dependentDialects = [
     "::mlir::arith::ArithDialect", "::mlir::func::FuncDialect",
