@@ -41,9 +41,10 @@ for s in "${steps[@]}"; do
   echo "== $s ($(date -u +%H:%M:%S))"
   case $s in
   tests) test/Unit/Kernels/gpu-check/run.sh || status=1 ;;
-  bench) test/Unit/Kernels/gpu-check/run.sh --bench --shapes 4096x4096,256x8192,256x4096,8x64 \
-           --methods gae,sae,grpo,gae_dense,rloo,spo_chain,sapo,treeadv,spo_tree \
-           --iters 30 || status=1 ;;
+  bench) # BENCH_ARGS replaces the shapes and methods.
+    test/Unit/Kernels/gpu-check/run.sh --bench ${BENCH_ARGS:---shapes 4096x4096,2048x8192,1024x4096,256x8192,256x4096,8x64 \
+      --methods gae,sae,grpo,gae_dense,rloo,spo_chain,sapo,treeadv,spo_tree} \
+      --iters 30 || status=1 ;;
   train | nccl) runtime/tools/cac-run/gpu-check/run.sh || status=1 ;;
   main) runtime/tools/cac-run/gpu-check/run.sh main || status=1 ;;
   gen) runtime/tools/cac-run/gpu-check/run.sh gen || status=1 ;;

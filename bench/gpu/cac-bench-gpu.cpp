@@ -7,13 +7,17 @@
 // of 8 sequences, for tree estimators a root per group and a leaf per
 // sequence), measured in one run on one device:
 //   default  DIR/NAME, the bundle as `cac compile --bundle` writes it: its seq
-//            kernels run one block of 256 threads per sequence, 4 tokens per
-//            thread in a tile (docs/pipeline.md);
+//            kernels run one block of 128 threads per sequence, 4 tokens per
+//            thread in a tile, striped in loops without a scan and blocked
+//            in loops with one (docs/pipeline.md);
 //   variants DIR/NAME-V for each V of --variants that was staged, one row
-//            each: `thread` (`--seq-block 0`: one thread per sequence, the
-//            lowering before 2026-11-25), `b128`/`b512` (--seq-block),
-//            `i2`/`i8` (--seq-items), `b128i2` (both), to choose the
-//            defaults on a GPU;
+//            each (test/Unit/Kernels/gpu-check/stage.sh): `thread`
+//            (`--seq-block 0`: one thread per sequence, the lowering before
+//            2026-11-25), `b64`/`b256` (--seq-block), `i2`/`i8`
+//            (--seq-items), `striped` (--seq-layout striped) and
+//            `blocked256` (the default before 2026-11-26: 256 threads,
+//            blocked), `m10`/`m12`/`m16`/`b64m16` (--seq-min-blocks,
+//            with 64 threads for the last), to choose the defaults on a GPU;
 //   loop     verl's loop for the methods verl has (gae, gae_dense:
 //            compute_gae_advantage_return, one column operation per token;
 //            grpo, rloo: per-sample loops over the group scores), on the
@@ -22,9 +26,16 @@
 // throughput against the device's copy bandwidth measured by the same
 // program, and the largest difference of the device's outputs from the
 // bundle's host.so on the CPU (and of verl's advantage from the kernels').
-// Times are medians over --iters runs of BundleEstimator::run (what cac-run
-// calls: inputs already on the device, one launch per kernel), synchronized
-// before and after. Prints a Markdown table for docs/benchmarks.md. A
+// Two times per bundle: `call ms`, the median over --iters runs of
+// BundleEstimator::run (what cac-run calls: inputs already on the device,
+// one launch per kernel), each synchronized before and after, so that it
+// includes the host's work and one round trip; and `device ms`, the GPU's
+// time per call from CUDA events around K calls issued back to back (median
+// of several such runs; K such that they take about 1 ms), as a kernel
+// benchmark times a kernel: the host's launches overlap the previous call's
+// kernels. The copy bandwidth is timed both ways too, and each way's
+// throughput is given against the same way's copy bandwidth. Prints a
+// Markdown table for docs/benchmarks.md. A
 // benchmark, not a test; `--device cpu` runs the same program on the CPU
 // (host.so against itself) to check the program without a GPU.
 //
@@ -35,6 +46,7 @@
 
 #include "../common/BenchCommon.h"
 #include "cac/Runtime/Kernels/Bundle.h"
+#include "cac/Runtime/Kernels/CudaDriver.h"
 
 #include <torch/cuda.h>
 
@@ -68,6 +80,43 @@ double maxDiff(const TensorMap &a, const TensorMap &b) {
   return d;
 }
 
+/// Device time per call of `fn`, in ms, from two CUDA events recorded on
+/// the legacy default stream (LibTorch's default, which the bundles launch
+/// on) around `k` calls with no host synchronisation between them; the
+/// median over `reps` such runs. 0 when the driver has no event API.
+double deviceMs(int reps, int k, const std::function<void()> &fn) {
+  const CudaDriver &d = CudaDriver::get();
+  if (!d.cuEventCreate || !d.cuEventRecord || !d.cuEventSynchronize ||
+      !d.cuEventElapsedTime || !d.cuEventDestroy)
+    return 0.0;
+  ScopedContext scope(d.primaryContext(0));
+  cu::Event start = nullptr, stop = nullptr;
+  d.check(d.cuEventCreate(&start, 0), "cuEventCreate");
+  d.check(d.cuEventCreate(&stop, 0), "cuEventCreate");
+  fn(); // warm-up
+  std::vector<double> ms;
+  for (int r = 0; r < reps; ++r) {
+    torch::cuda::synchronize();
+    d.check(d.cuEventRecord(start, nullptr), "cuEventRecord");
+    for (int i = 0; i < k; ++i)
+      fn();
+    d.check(d.cuEventRecord(stop, nullptr), "cuEventRecord");
+    d.check(d.cuEventSynchronize(stop), "cuEventSynchronize");
+    float total = 0.0f;
+    d.check(d.cuEventElapsedTime(&total, start, stop), "cuEventElapsedTime");
+    ms.push_back(double(total) / k);
+  }
+  d.cuEventDestroy(start);
+  d.cuEventDestroy(stop);
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+/// Calls per event-timed run: about 1 ms of work, at least 1, at most 20.
+int callsPerRun(double callMs) {
+  return int(std::clamp(1.0 / std::max(callMs, 1e-3), 1.0, 20.0));
+}
+
 std::string fmt(const char *f, double x) {
   char buf[64];
   std::snprintf(buf, sizeof buf, f, x);
@@ -78,8 +127,9 @@ std::string fmt(const char *f, double x) {
 
 static int run(int argc, char **argv) {
   std::string bundlesDir, deviceName = "cuda";
-  std::vector<std::string> variants = {"thread", "b128", "b512",
-                                       "i2",     "i8",   "b128i2"};
+  std::vector<std::string> variants = {
+      "thread", "b256", "blocked256", "striped", "b64",   "i2",
+      "i8",     "m10",  "m12",        "m16",     "b64m16"};
   CommonOptions o;
   o.methods = {"gae", "sae", "grpo", "gae_dense", "rloo"};
   o.shapes = {{4096, 4096}, {256, 8192}, {256, 4096}};
@@ -122,14 +172,34 @@ static int run(int argc, char **argv) {
     sync = [] { torch::cuda::synchronize(); };
   const at::TensorOptions onDevice = at::TensorOptions().device(device);
 
-  double bw = copyBandwidth(iters, onDevice, sync);
-  std::printf("device %s: copy bandwidth %.0f GB/s (read + write, 256 MiB)\n\n",
-              device.str().c_str(), bw / 1e9);
-  std::printf("| method | B x T | variant | kernels | ms | vs default | "
-              "loop ms | loop / this | bytes/token | GB/s | of copy bw | "
-              "max diff vs CPU |\n");
+  // Copy bandwidth (bytes read + written per second) of a 256 MiB copy of
+  // floats, timed per call (host clock, synchronized) and on the device.
+  double bw = copyBandwidth(iters, onDevice, sync), deviceBw = bw;
+  if (cuda) {
+    const int64_t n = int64_t(64) << 20;
+    at::Tensor a = at::rand({n}, onDevice.dtype(at::kFloat)),
+               c = at::empty({n}, onDevice.dtype(at::kFloat));
+    double ms = deviceMs(std::max(3, iters / 3), 10, [&] { c.copy_(a); });
+    if (ms > 0.0)
+      deviceBw = 2.0 * double(n) * 4.0 / (ms * 1e-3);
+    // Writing alone (a fill), for the methods that mostly write (GRPO's
+    // broadcast): context, not the denominator.
+    double fillMs =
+        deviceMs(std::max(3, iters / 3), 10, [&] { c.fill_(1.0f); });
+    if (fillMs > 0.0)
+      std::printf("device %s: fill bandwidth %.0f GB/s device time (write "
+                  "only, 256 MiB)\n",
+                  device.str().c_str(),
+                  double(n) * 4.0 / (fillMs * 1e-3) / 1e9);
+  }
+  std::printf("device %s: copy bandwidth %.0f GB/s per call, %.0f GB/s device "
+              "time (read + write, 256 MiB)\n\n",
+              device.str().c_str(), bw / 1e9, deviceBw / 1e9);
+  std::printf("| method | B x T | variant | kernels | call ms | device ms | "
+              "vs default | loop ms | loop / this | bytes/token | GB/s | "
+              "of copy bw | of copy bw (call) | max diff vs CPU |\n");
   std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | "
-              "--- | --- |\n");
+              "--- | --- | --- | --- |\n");
 
   for (const std::string &name : methods) {
     // The default bundle first, then each variant that was staged.
@@ -177,10 +247,15 @@ static int run(int argc, char **argv) {
       double defaultMs = 0.0;
       for (auto &[variant, est] : bundles) {
         TensorMap out;
-        double ms = medianMs(
-            iters, [&] { out = est.run(inputs, batch, params); }, sync);
+        auto call = [&] { out = est.run(inputs, batch, params); };
+        double ms = medianMs(iters, call, sync);
+        double devMs =
+            cuda ? deviceMs(std::max(3, iters / 3), callsPerRun(ms), call)
+                 : 0.0;
+        if (devMs <= 0.0)
+          devMs = ms; // the CPU, or a driver without events
         if (variant == "default")
-          defaultMs = ms;
+          defaultMs = devMs;
         double diff = maxDiff(out, cpuOut);
         // The baseline computes what the kernels compute.
         if (loopMs)
@@ -190,16 +265,18 @@ static int run(int argc, char **argv) {
                                     .max()
                                     .item<double>());
         double bytes = ioBytes(m, N, B, G, m.needsTree ? G + B : 0);
-        double gbps = bytes / (ms * 1e-3) / 1e9;
+        double gbps = bytes / (devMs * 1e-3) / 1e9;
+        double callGbps = bytes / (ms * 1e-3) / 1e9;
         std::printf(
-            "| %s | %lld x %lld | %s | %zu | %.3f | %s | %s | %s | %.1f | "
-            "%.0f | %.1f%% | %.1e |\n",
+            "| %s | %lld x %lld | %s | %zu | %.3f | %.3f | %s | %s | %s | "
+            "%.1f | %.0f | %.1f%% | %.1f%% | %.1e |\n",
             name.c_str(), (long long)B, (long long)T, variant.c_str(),
-            est.manifest().kernels.size(), ms,
-            fmt("%.2fx", ms / defaultMs).c_str(),
+            est.manifest().kernels.size(), ms, devMs,
+            fmt("%.2fx", devMs / defaultMs).c_str(),
             loopMs ? fmt("%.2f", *loopMs).c_str() : "—",
             loopMs ? fmt("%.0fx", *loopMs / ms).c_str() : "—",
-            bytes / double(N), gbps, 100.0 * gbps * 1e9 / bw, diff);
+            bytes / double(N), gbps, 100.0 * gbps * 1e9 / deviceBw,
+            100.0 * callGbps * 1e9 / bw, diff);
         std::fflush(stdout);
       }
     }

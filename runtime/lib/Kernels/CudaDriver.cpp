@@ -74,6 +74,14 @@ CudaDriver::CudaDriver() : contexts_(new Contexts()) {
   resolve(handle_, cuMemFree, "cuMemFree_v2");
   resolve(handle_, cuMemcpyHtoD, "cuMemcpyHtoD_v2");
   resolve(handle_, cuMemcpyDtoH, "cuMemcpyDtoH_v2");
+  resolve(handle_, cuEventCreate, "cuEventCreate");
+  resolve(handle_, cuEventRecord, "cuEventRecord");
+  resolve(handle_, cuEventSynchronize, "cuEventSynchronize");
+  // CUDA 12.8 added _v2 (cuda.h 13 maps the name to it); older drivers
+  // have the first form only.
+  if (!resolve(handle_, cuEventElapsedTime, "cuEventElapsedTime_v2"))
+    resolve(handle_, cuEventElapsedTime, "cuEventElapsedTime");
+  resolve(handle_, cuEventDestroy, "cuEventDestroy_v2");
 
   cu::Result r = cuInit(0);
   if (r != cu::kSuccess) {

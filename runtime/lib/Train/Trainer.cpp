@@ -254,6 +254,12 @@ struct Trainer::Impl {
 
   /// Where the models, batches, estimator and update run (TrainerOptions).
   at::Device device() const { return opts.device; }
+  /// Waits for the work queued on a GPU, so that a phase's time counts its
+  /// kernels (a launch returns before the kernel runs).
+  void syncForTiming() const {
+    if (device().is_cuda())
+      torch::cuda::synchronize(device().has_index() ? device().index() : -1);
+  }
   /// A host vector as a tensor on the run's device.
   template <typename T>
   at::Tensor onDevice(const std::vector<T> &v, at::ScalarType type) const {
@@ -1499,7 +1505,8 @@ struct Trainer::Impl {
       row["kl_coef"] = klCoef;
     }
 
-    // 2. The estimator.
+    // 2. The estimator (timed alone: what was queued before is waited for).
+    syncForTiming();
     auto te = Clock::now();
     TensorMap outs = runEstimator(rolls, rt, plan);
     at::Tensor adv = outs.at("adv").to(at::kFloat);
@@ -1578,6 +1585,7 @@ struct Trainer::Impl {
       offsets[i + 1] = offsets[i] + lengths[i];
     at::Tensor oldLogp = rt.oldLogp, oldValues = rt.oldValues,
                refLogp = rt.refLogp;
+    syncForTiming();
     double timeEst = seconds(te);
 
     // Data-parallel: the global batch is the workers' samples in rank order

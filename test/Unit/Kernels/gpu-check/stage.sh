@@ -13,10 +13,15 @@ cp -r /usr/include/nlohmann "$deps/include/"
 # no MLIR to make them): the StdlibBundle tests run every one of them there
 # (EveryMethodCudaMatchesCpu: GPU against host.so), grpo's also trains in
 # runtime/tools/cac-run/gpu-check/run.sh. bench-bundles/ holds what
-# `run.sh --bench` measures: the methods with seq kernels, each also in the
-# one-thread-per-sequence form (NAME-thread, --seq-block 0), and GAE and SAE
-# with other block shapes (NAME-b128, -b512: threads; NAME-i2, -i8: tokens per
-# thread; NAME-b128i2 both), all measured in one run.
+# `run.sh --bench` measures, all in one run: the methods with seq kernels as
+# `cac compile` makes them (blocks of 128 threads x 4 tokens, --seq-layout
+# auto), each also in the one-thread-per-sequence form (NAME-thread,
+# --seq-block 0) and with blocks of 256 (NAME-b256); GAE, SAE, GRPO and RLOO
+# also as the default before 2026-11-26 (NAME-blocked256: 256 threads,
+# blocked), striped throughout (NAME-striped) and with other shapes (NAME-b64:
+# 64 threads; NAME-i2, -i8: tokens per thread); GAE, SAE and GAE-dense with
+# a bound on registers so that more blocks fit on an SM (NAME-m10, -m12, -m16:
+# --seq-min-blocks; NAME-b64m16: 64 threads, 16 blocks).
 cac=${CAC:-$repo/build/bin/cac}
 if [ -x "$cac" ]; then
   for f in "$repo"/stdlib/*.cac; do
@@ -32,16 +37,22 @@ if [ -x "$cac" ]; then
   for m in gae sae grpo gae_dense rloo spo_chain sapo spo_tree treeadv; do
     bench $m ""
     bench $m thread --seq-block 0
+    bench $m b256 --seq-block 256
   done
-  # Block shapes to choose the defaults from (GAE and SAE: the scans).
-  for m in gae sae; do
-    bench $m b128 --seq-block 128
-    bench $m b512 --seq-block 512
+  for m in gae sae grpo rloo; do
+    bench $m blocked256 --seq-block 256 --seq-layout blocked
+    bench $m striped --seq-layout striped
+    bench $m b64 --seq-block 64
     bench $m i2 --seq-items 2
     bench $m i8 --seq-items 8
-    # On the H200 (2026-11-26) 128 threads beat the default at 16.8M tokens
-    # and 2 tokens a thread at 256 sequences: the two together.
-    bench $m b128i2 --seq-block 128 --seq-items 2
+  done
+  # Register bounds (--seq-min-blocks: more blocks resident per SM) for the
+  # scans.
+  for m in gae sae gae_dense; do
+    bench $m m10 --seq-min-blocks 10
+    bench $m m12 --seq-min-blocks 12
+    bench $m m16 --seq-min-blocks 16
+    bench $m b64m16 --seq-block 64 --seq-min-blocks 16
   done
 fi
 echo "staged $(du -sh "$deps" | cut -f1) in $deps"

@@ -24,10 +24,12 @@ struct CtxSt;
 struct ModSt;
 struct FuncSt;
 struct StreamSt;
+struct EventSt;
 using Context = CtxSt *;   ///< CUcontext
 using Module = ModSt *;    ///< CUmodule
 using Function = FuncSt *; ///< CUfunction
 using Stream = StreamSt *; ///< CUstream
+using Event = EventSt *;   ///< CUevent
 using JitOption = int;     ///< CUjit_option
 
 constexpr Result kSuccess = 0;
@@ -87,6 +89,12 @@ public:
   cu::Result (*cuMemFree)(cu::DevicePtr) = nullptr;
   cu::Result (*cuMemcpyHtoD)(cu::DevicePtr, const void *, size_t) = nullptr;
   cu::Result (*cuMemcpyDtoH)(void *, cu::DevicePtr, size_t) = nullptr;
+  // Events, for benchmarks that time the device rather than the host.
+  cu::Result (*cuEventCreate)(cu::Event *, unsigned) = nullptr;
+  cu::Result (*cuEventRecord)(cu::Event, cu::Stream) = nullptr;
+  cu::Result (*cuEventSynchronize)(cu::Event) = nullptr;
+  cu::Result (*cuEventElapsedTime)(float *, cu::Event, cu::Event) = nullptr;
+  cu::Result (*cuEventDestroy)(cu::Event) = nullptr;
 
 private:
   CudaDriver();
