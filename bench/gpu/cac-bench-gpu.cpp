@@ -9,15 +9,16 @@
 //   default  DIR/NAME, the bundle as `cac compile --bundle` writes it: its seq
 //            kernels run one block of 128 threads per sequence, 4 tokens per
 //            thread in a tile, striped in loops without a scan and blocked
-//            in loops with one (docs/pipeline.md);
+//            in loops with one, each tile asking L2 for the next one's
+//            tokens (docs/pipeline.md);
 //   variants DIR/NAME-V for each V of --variants that was staged, one row
 //            each (test/Unit/Kernels/gpu-check/stage.sh): `thread`
 //            (`--seq-block 0`: one thread per sequence, the lowering before
 //            2026-11-25), `b64`/`b256` (--seq-block), `i2`/`i8`
-//            (--seq-items), `striped` (--seq-layout striped) and
-//            `blocked256` (the default before 2026-11-26: 256 threads,
-//            blocked), `m10`/`m12`/`m16`/`b64m16` (--seq-min-blocks,
-//            with 64 threads for the last), to choose the defaults on a GPU;
+//            (--seq-items), `striped` (--seq-layout striped), `nopf`
+//            (--seq-prefetch=false) and `blocked256` (the default before
+//            2026-11-26: 256 threads, blocked, no prefetch), to choose the
+//            defaults on a GPU;
 //   loop     verl's loop for the methods verl has (gae, gae_dense:
 //            compute_gae_advantage_return, one column operation per token;
 //            grpo, rloo: per-sample loops over the group scores), on the
@@ -127,9 +128,8 @@ std::string fmt(const char *f, double x) {
 
 static int run(int argc, char **argv) {
   std::string bundlesDir, deviceName = "cuda";
-  std::vector<std::string> variants = {
-      "thread", "b256", "blocked256", "striped", "b64",   "i2",
-      "i8",     "m10",  "m12",        "m16",     "b64m16"};
+  std::vector<std::string> variants = {"thread",  "b256", "nopf", "blocked256",
+                                       "striped", "b64",  "i2",   "i8"};
   CommonOptions o;
   o.methods = {"gae", "sae", "grpo", "gae_dense", "rloo"};
   o.shapes = {{4096, 4096}, {256, 8192}, {256, 4096}};

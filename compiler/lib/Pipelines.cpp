@@ -29,6 +29,7 @@ static cac::CacLowerKernelsOptions lowerOptions(StringRef target,
   l.seqItems = o.seqItems;
   l.seqLayout = o.seqLayout;
   l.seqMinBlocks = o.seqMinBlocks;
+  l.seqPrefetch = o.seqPrefetch;
   return l;
 }
 

@@ -32,6 +32,8 @@ struct CudaOptions {
   /// Blocks of a seq kernel that must fit on one SM at once (PTX
   /// .minnctapersm, which bounds the registers); 0: no bound.
   int64_t seqMinBlocks = 0;
+  /// Each tile of a seq kernel asks L2 for the next tile's tokens.
+  bool seqPrefetch = true;
 };
 
 /// cac dialect -> partitioned cac dialect (canonicalize, CSE, partition).

@@ -25,6 +25,7 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
+#include "llvm/ADT/SetVector.h"
 #include "llvm/Support/JSON.h"
 
 #include <functional>
@@ -432,6 +433,9 @@ struct BlockThreads {
   /// (striped) or tid * items + j (blocked); auto: striped in loops without
   /// a scan, blocked in loops with one.
   enum class Layout { Blocked, Striped, Auto } layout = Layout::Auto;
+  /// Each tile asks L2 for the next tile's tokens of every buffer the loop
+  /// reads (PTX prefetch; the GPU only).
+  bool prefetch = false;
   Value tid;         ///< i64 in [0, size)
   Value shared;      ///< blockSharedElements(size) elements of the float type
   std::function<void()> barrier;
@@ -862,6 +866,9 @@ private:
           e.loc,
           b.create<arith::MulIOp>(e.loc, forOp.getInductionVar(), tileLen),
           first);
+      llvm::SetVector<Value> loads;
+      if (threads->prefetch)
+        tileLoads = &loads;
       tokenMemo.clear();
       SmallVector<Value> ts, ins;
       for (int64_t j = 0; j < items; ++j) {
@@ -950,6 +957,32 @@ private:
           }
           break;
         }
+      }
+      tileLoads = nullptr;
+      if (!loads.empty()) {
+        // The next tile's first token of this thread, for each buffer read
+        // (in every layout a thread's tokens of a tile share one or a few
+        // 128-byte lines with its warp's), asked for before this tile's
+        // loads so that L2 has them when the next tile starts.
+        OpBuilder::InsertionGuard g(b);
+        b.setInsertionPointAfter(base.getDefiningOp());
+        Value p = b.create<arith::AddIOp>(e.loc, base, tileLen);
+        Value in =
+            b.create<arith::CmpIOp>(e.loc, arith::CmpIPredicate::slt, p, len);
+        IndexOps(e).when(in, [&] {
+          Value t = l.reverse
+                        ? b.create<arith::SubIOp>(e.loc, lastTok, p).getResult()
+                        : b.create<arith::AddIOp>(e.loc, start, p).getResult();
+          for (Value v : loads) {
+            Value addr = b.create<LLVM::PtrToIntOp>(
+                e.loc, b.getI64Type(),
+                e.ptrAt(e.args[abi.storage.lookup(v)], t, e.ft));
+            b.create<LLVM::InlineAsmOp>(
+                e.loc, TypeRange{}, ValueRange{addr}, "prefetch.L2 [$0];", "l",
+                /*has_side_effects=*/true, /*is_align_stack=*/false,
+                /*asm_dialect=*/nullptr, /*operand_attrs=*/nullptr);
+          }
+        });
       }
       b.create<scf::YieldOp>(e.loc, yields);
       tokenMemo.clear();
@@ -1500,11 +1533,17 @@ private:
     Domain d = domainOf(v);
     if (d != Domain::Token)
       return evalOuter(v);
-    if (!inKernel(v))
+    if (!inKernel(v)) {
+      if (tileLoads)
+        tileLoads->insert(v);
       return e.loadBuffer(v, t);
+    }
     Operation *op = v.getDefiningOp();
-    if (isa<ScanOp, RankOp>(op))
+    if (isa<ScanOp, RankOp>(op)) {
+      if (tileLoads)
+        tileLoads->insert(v);
       return e.loadBuffer(v, t);
+    }
     if (isa<PositionOp>(op))
       return e.toFloat(b.create<arith::SubIOp>(e.loc, t, start));
     if (auto s = dyn_cast<ShiftOp>(op)) {
@@ -1556,6 +1595,8 @@ private:
   Value unit, start, end, len, group, curT;
   DenseMap<Value, Value> outerMemo;
   DenseMap<std::pair<Value, Value>, Value> tokenMemo;
+  /// While a tile's body is emitted: the token buffers it reads.
+  llvm::SetVector<Value> *tileLoads = nullptr;
 };
 
 //===----------------------------------------------------------------------===//
@@ -2498,6 +2539,7 @@ struct LowerKernelsPass
       threads.size = seqBlock;
       threads.items = seqItems;
       threads.layout = layoutOf(seqLayout);
+      threads.prefetch = seqPrefetch;
       threads.tid = tid;
       auto shared = ib.create<LLVM::AddressOfOp>(
           loc, LLVM::LLVMPointerType::get(ib.getContext(), 3), kSharedName);

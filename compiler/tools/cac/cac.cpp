@@ -100,6 +100,12 @@ static cl::opt<int64_t> seqMinBlocks(
              "SM at once (PTX .minnctapersm; ptxas bounds the registers to "
              "fit them); 0 (default): no bound"),
     cl::init(0), cl::cat(cat));
+static cl::opt<bool> seqPrefetch(
+    "seq-prefetch",
+    cl::desc("GPU: each tile of a block-per-sequence kernel asks L2 for the "
+             "next tile's tokens (PTX prefetch.L2; default on, "
+             "--seq-prefetch=false turns it off)"),
+    cl::init(true), cl::cat(cat));
 static cl::opt<std::string> dtype(
     "dtype", cl::desc("eval precision: f64 (default) or f32"),
     cl::init("f64"), cl::cat(cat));
@@ -255,6 +261,7 @@ int realMain() {
     opts.seqItems = seqItems;
     opts.seqLayout = seqLayout;
     opts.seqMinBlocks = seqMinBlocks;
+    opts.seqPrefetch = seqPrefetch;
     if (failed(runPipeline(ctx, *module, [&](OpPassManager &pm) {
           cac::buildCudaPipeline(pm, opts);
         })))
@@ -375,6 +382,7 @@ int realMain() {
       opts.seqItems = seqItems;
       opts.seqLayout = seqLayout;
       opts.seqMinBlocks = seqMinBlocks;
+      opts.seqPrefetch = seqPrefetch;
       if (failed(runPipeline(ctx, *module, [&](OpPassManager &pm) {
             if (sim)
               cac::buildCudaSimPipeline(pm, opts);

@@ -39,6 +39,9 @@ def CacLowerKernels : Pass<"cac-lower-kernels", "::mlir::ModuleOp"> {
     Option<"seqItems", "seq-items", "int64_t", /*default=*/"4",
            "tokens per thread in a tile of a block-per-sequence kernel (1 "
            "to 16)">,
+    Option<"seqPrefetch", "seq-prefetch", "bool", /*default=*/"true",
+           "each tile of a block-per-sequence kernel asks L2 for the next "
+           "tile's tokens (target cuda)">,
     Option<"seqMinBlocks", "seq-min-blocks", "int64_t", /*default=*/"0",
            "blocks of a block-per-sequence kernel that must fit on one SM "
            "at once (PTX .minnctapersm: ptxas limits the registers to fit "
