@@ -84,7 +84,7 @@ static cl::opt<int64_t> seqBlock(
     cl::init(128), cl::cat(cat));
 static cl::opt<int64_t> seqItems(
     "seq-items",
-    cl::desc("GPU: consecutive tokens per thread in a tile of a "
+    cl::desc("GPU: tokens per thread in a tile of a "
              "block-per-sequence kernel (1 to 16)"),
     cl::init(4), cl::cat(cat));
 static cl::opt<std::string> seqLayout(
