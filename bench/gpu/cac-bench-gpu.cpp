@@ -16,9 +16,9 @@
 //            (`--seq-block 0`: one thread per sequence, the lowering before
 //            2026-11-25), `b64`/`b256` (--seq-block), `i2`/`i8`
 //            (--seq-items), `striped` (--seq-layout striped), `nopf`
-//            (--seq-prefetch=false) and `blocked256` (the default before
-//            2026-11-26: 256 threads, blocked, no prefetch), to choose the
-//            defaults on a GPU;
+//            (--seq-prefetch=false), `blocked256` (the default before
+//            2026-11-26: 256 threads, blocked, no prefetch) and `fg`
+//            (--fuse-groups), to choose the defaults on a GPU;
 //   loop     verl's loop for the methods verl has (gae, gae_dense:
 //            compute_gae_advantage_return, one column operation per token;
 //            grpo, rloo: per-sample loops over the group scores), on the
@@ -128,8 +128,9 @@ std::string fmt(const char *f, double x) {
 
 static int run(int argc, char **argv) {
   std::string bundlesDir, deviceName = "cuda";
-  std::vector<std::string> variants = {"thread",  "b256", "nopf", "blocked256",
-                                       "striped", "b64",  "i2",   "i8"};
+  std::vector<std::string> variants = {"thread",     "b256",    "nopf",
+                                       "blocked256", "striped", "b64",
+                                       "i2",         "i8",      "fg"};
   CommonOptions o;
   o.methods = {"gae", "sae", "grpo", "gae_dense", "rloo"};
   o.shapes = {{4096, 4096}, {256, 8192}, {256, 4096}};

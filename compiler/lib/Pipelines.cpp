@@ -30,6 +30,7 @@ static cac::CacLowerKernelsOptions lowerOptions(StringRef target,
   l.seqLayout = o.seqLayout;
   l.seqMinBlocks = o.seqMinBlocks;
   l.seqPrefetch = o.seqPrefetch;
+  l.fuseGroups = o.fuseGroups;
   return l;
 }
 
@@ -49,8 +50,12 @@ void cac::buildCudaSimPipeline(OpPassManager &pm, const CudaOptions &options) {
 }
 
 void cac::buildCpuPipeline(OpPassManager &pm) {
+  buildCpuPipeline(pm, CudaOptions{});
+}
+
+void cac::buildCpuPipeline(OpPassManager &pm, const CudaOptions &options) {
   buildCacOptimizationPipeline(pm);
-  pm.addPass(createCacLowerKernels(lowerOptions("cpu", CudaOptions{})));
+  pm.addPass(createCacLowerKernels(lowerOptions("cpu", options)));
   addLlvmLowering(pm);
 }
 

@@ -34,6 +34,9 @@ struct CudaOptions {
   int64_t seqMinBlocks = 0;
   /// Each tile of a seq kernel asks L2 for the next tile's tokens.
   bool seqPrefetch = true;
+  /// Group kernels that read only inputs are computed inside the seq kernels
+  /// that read them (every target: host.so and the PTX share a manifest).
+  bool fuseGroups = false;
 };
 
 /// cac dialect -> partitioned cac dialect (canonicalize, CSE, partition).
@@ -41,6 +44,8 @@ void buildCacOptimizationPipeline(mlir::OpPassManager &pm);
 
 /// Partitioned cac -> LLVM dialect functions taking `void**` (CPU).
 void buildCpuPipeline(mlir::OpPassManager &pm);
+/// The same with the options the CPU lowering honours (fuseGroups).
+void buildCpuPipeline(mlir::OpPassManager &pm, const CudaOptions &options);
 
 /// Partitioned cac -> gpu.binary holding PTX.
 void buildCudaPipeline(mlir::OpPassManager &pm, const CudaOptions &options);

@@ -459,9 +459,10 @@ public:
   SeqKernelEmitter(Emitter &e, KernelOp kernel, const Abi &abi,
                    ArrayRef<std::pair<Value, unsigned>> tokenStores,
                    ArrayRef<std::pair<Value, unsigned>> seqStores,
-                   const BlockThreads *threads = nullptr)
+                   const BlockThreads *threads = nullptr,
+                   ArrayRef<KernelOp> fusedGroups = {})
       : e(e), b(e.b), kernel(kernel), abi(abi), tokenStores(tokenStores),
-        seqStores(seqStores), threads(threads) {}
+        seqStores(seqStores), threads(threads), fusedGroups(fusedGroups) {}
 
   void emit(Value unit) {
     this->unit = unit;
@@ -473,6 +474,7 @@ public:
     len = b.create<arith::SubIOp>(e.loc, end, start);
     if (abi.needsGroups)
       group = e.loadI32AsI64(kSeqGroup, unit);
+    emitFusedGroups();
     if (!threads) {
       for (Loop &l : loops)
         emitLoop(l);
@@ -497,6 +499,11 @@ public:
   }
 
 private:
+  /// The values of the fused group kernels this kernel reads, computed for
+  /// this sequence's group before anything else (by every thread of a
+  /// block, each reading the same members).
+  void emitFusedGroups();
+
   bool inKernel(Value v) {
     Operation *def = v.getDefiningOp();
     return def && def->getParentOp() == kernel.getOperation();
@@ -1589,6 +1596,7 @@ private:
   const Abi &abi;
   ArrayRef<std::pair<Value, unsigned>> tokenStores, seqStores;
   const BlockThreads *threads;
+  ArrayRef<KernelOp> fusedGroups;
   std::vector<Loop> loops;
   DenseMap<Operation *, size_t> loopOf;
   DenseSet<std::pair<Value, unsigned>> placedStores;
@@ -1610,8 +1618,16 @@ public:
       : e(e), b(e.b), kernel(kernel), stores(stores) {}
 
   void emit(Value unit) {
-    group = unit;
     e.anchor = e.i64(0).getDefiningOp();
+    compute(unit);
+    for (auto [v, buf] : stores)
+      e.storeBuffer(buf, eval(v), group);
+  }
+
+  /// The kernel's reductions and values for group `unit`, at the insertion
+  /// point (scalars go to the caller's anchor).
+  void compute(Value unit) {
+    group = unit;
     mstart = e.loadI32AsI64(kGroupOffsets, unit);
     Value next = b.create<arith::AddIOp>(e.loc, unit, e.i64(1));
     mend = e.loadI32AsI64(kGroupOffsets, next);
@@ -1638,9 +1654,10 @@ public:
     for (ReduceOp r : pass1)
       if (!isSecondPass(r.getKind()))
         memo[r.getResult()] = means[r];
-    for (auto [v, buf] : stores)
-      e.storeBuffer(buf, eval(v), group);
   }
+
+  /// A value of the kernel (after compute).
+  Value value(Value v) { return eval(v); }
 
 private:
   static bool isSecondPass(ReduceKind k) {
@@ -1775,6 +1792,22 @@ private:
   DenseMap<Value, Value> memo;
 };
 
+void SeqKernelEmitter::emitFusedGroups() {
+  for (KernelOp g : fusedGroups) {
+    bool read = llvm::any_of(g.getResults(), [&](Value r) {
+      return llvm::any_of(r.getUsers(), [&](Operation *u) {
+        return u->getParentOfType<KernelOp>() == kernel;
+      });
+    });
+    if (!read)
+      continue;
+    GroupKernelEmitter ge(e, g, abi, {});
+    ge.compute(group);
+    auto yield = cast<YieldOp>(g.getBody().front().getTerminator());
+    for (auto [inner, outer] : llvm::zip(yield.getValues(), g.getResults()))
+      outerMemo[outer] = ge.value(inner);
+  }
+}
 
 //===----------------------------------------------------------------------===//
 // node kernels
@@ -2186,12 +2219,41 @@ struct LowerKernelsPass
         abi.storage[out.getValue()] = arg;
       ft = elemOf(out.getValue());
     });
+    // With fuse-groups, a group kernel that reads only inputs and scalars,
+    // writes no output and is read by seq kernels only is not emitted: the
+    // seq kernels compute its values for their sequence's group.
+    DenseSet<Operation *> fused;
+    if (fuseGroups)
+      for (auto kernel : body.getOps<KernelOp>()) {
+        if (kernel.getGrid() != Domain::Group)
+          continue;
+        bool ok = true;
+        kernel.walk([&](Operation *op) {
+          if (isa<OutputOp>(op))
+            ok = false;
+          for (Value o : op->getOperands())
+            if (Operation *def = o.getDefiningOp(); def && isa<KernelOp>(def))
+              ok = false;
+        });
+        for (Value r : kernel.getResults())
+          for (Operation *user : r.getUsers()) {
+            auto uk = user->getParentOfType<KernelOp>();
+            if (!uk || uk.getGrid() != Domain::Seq)
+              ok = false;
+          }
+        if (ok)
+          fused.insert(kernel);
+      }
     // Kernel results read by later kernels, and scans, need storage.
     unsigned scratch = 0;
     auto newScratch = [&](Domain d) {
       return abi.addBuffer("_t" + std::to_string(scratch++), "scratch", d);
     };
     for (auto kernel : body.getOps<KernelOp>()) {
+      if (kernel.getGrid() == Domain::Group)
+        abi.needsGroups = true;
+      if (fused.contains(kernel))
+        continue;
       auto yield = cast<YieldOp>(kernel.getBody().front().getTerminator());
       for (auto [inner, outer] :
            llvm::zip(yield.getValues(), kernel.getResults())) {
@@ -2281,7 +2343,13 @@ struct LowerKernelsPass
       k["unit"] = "thread";
       kernelsJson.push_back(std::move(k));
     }
+    SmallVector<KernelOp> fusedKernels;
+    for (auto kernel : body.getOps<KernelOp>())
+      if (fused.contains(kernel))
+        fusedKernels.push_back(kernel);
     for (auto kernel : body.getOps<KernelOp>()) {
+      if (fused.contains(kernel))
+        continue;
       std::string name = est.getSymName().str() + "_k" +
                          std::to_string(kernel.getIndex());
       // What this kernel stores.
@@ -2311,7 +2379,8 @@ struct LowerKernelsPass
                           const BlockThreads *threads) {
         Emitter em(ib, kernel.getLoc(), ft, args, abi);
         if (kernel.getGrid() == Domain::Seq) {
-          SeqKernelEmitter(em, kernel, abi, tokenStores, outerStores, threads)
+          SeqKernelEmitter(em, kernel, abi, tokenStores, outerStores, threads,
+                           fusedKernels)
               .emit(unit);
         } else if (kernel.getGrid() == Domain::Node) {
           NodeKernelEmitter(em, kernel, abi, outerStores).emit(unit);

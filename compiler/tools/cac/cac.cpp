@@ -106,6 +106,12 @@ static cl::opt<bool> seqPrefetch(
              "next tile's tokens (PTX prefetch.L2; default on, "
              "--seq-prefetch=false turns it off)"),
     cl::init(true), cl::cat(cat));
+static cl::opt<bool> fuseGroups(
+    "fuse-groups",
+    cl::desc("compute a group kernel that reads only inputs (GRPO's and "
+             "RLOO's group statistics) inside the seq kernels that read it: "
+             "one kernel fewer (every target)"),
+    cl::init(false), cl::cat(cat));
 static cl::opt<std::string> dtype(
     "dtype", cl::desc("eval precision: f64 (default) or f32"),
     cl::init("f64"), cl::cat(cat));
@@ -245,8 +251,13 @@ int realMain() {
         return 1;
       return print(*module);
     }
+    cac::CudaOptions cpuOpts;
+    cpuOpts.fuseGroups = fuseGroups;
+    auto cpuPipeline = [&](OpPassManager &pm) {
+      cac::buildCpuPipeline(pm, cpuOpts);
+    };
     if (emit == Emit::Llvm) {
-      if (failed(runPipeline(ctx, *module, cac::buildCpuPipeline)))
+      if (failed(runPipeline(ctx, *module, cpuPipeline)))
         return 1;
       auto ir = cac::emitLlvmIr(*module);
       return succeeded(ir) && writeOutput(*ir) ? 0 : 1;
@@ -262,6 +273,7 @@ int realMain() {
     opts.seqLayout = seqLayout;
     opts.seqMinBlocks = seqMinBlocks;
     opts.seqPrefetch = seqPrefetch;
+    opts.fuseGroups = fuseGroups;
     if (failed(runPipeline(ctx, *module, [&](OpPassManager &pm) {
           cac::buildCudaPipeline(pm, opts);
         })))
@@ -271,7 +283,7 @@ int realMain() {
     if (failed(ptx) || failed(manifest))
       return 1;
     if (!bundleDir.empty()) {
-      if (failed(runPipeline(ctx, *cpuModule, cac::buildCpuPipeline)))
+      if (failed(runPipeline(ctx, *cpuModule, cpuPipeline)))
         return 1;
       if (failed(cac::writeBundle(bundleDir, *manifest, *ptx, *cpuModule)))
         return 1;
@@ -383,11 +395,12 @@ int realMain() {
       opts.seqLayout = seqLayout;
       opts.seqMinBlocks = seqMinBlocks;
       opts.seqPrefetch = seqPrefetch;
+      opts.fuseGroups = fuseGroups;
       if (failed(runPipeline(ctx, *module, [&](OpPassManager &pm) {
             if (sim)
               cac::buildCudaSimPipeline(pm, opts);
             else
-              cac::buildCpuPipeline(pm);
+              cac::buildCpuPipeline(pm, opts);
           })))
         return 1;
       auto manifestText = cac::extractManifest(*module);

@@ -42,6 +42,11 @@ def CacLowerKernels : Pass<"cac-lower-kernels", "::mlir::ModuleOp"> {
     Option<"seqPrefetch", "seq-prefetch", "bool", /*default=*/"true",
            "each tile of a block-per-sequence kernel asks L2 for the next "
            "tile's tokens (target cuda)">,
+    Option<"fuseGroups", "fuse-groups", "bool", /*default=*/"false",
+           "a group kernel that reads only inputs is not emitted: each seq "
+           "kernel that reads its values computes them for its sequence's "
+           "group (one kernel fewer, each group's members read once per "
+           "member)">,
     Option<"seqMinBlocks", "seq-min-blocks", "int64_t", /*default=*/"0",
            "blocks of a block-per-sequence kernel that must fit on one SM "
            "at once (PTX .minnctapersm: ptxas limits the registers to fit "

@@ -20,7 +20,8 @@ cp -r /usr/include/nlohmann "$deps/include/"
 # 256 (NAME-b256) and without the prefetch (NAME-nopf); GAE, SAE, GRPO and
 # RLOO also as the default before 2026-11-26 (NAME-blocked256: 256 threads,
 # blocked, no prefetch), striped throughout (NAME-striped) and with other
-# shapes (NAME-b64: 64 threads; NAME-i2, -i8: tokens per thread). (The
+# shapes (NAME-b64: 64 threads; NAME-i2, -i8: tokens per thread); GRPO, RLOO
+# and TreeAdv with their group kernel fused into the seq kernel (NAME-fg). (The
 # register bounds of --seq-min-blocks were measured once and lost; see
 # docs/benchmarks.md.)
 cac=${CAC:-$repo/build/bin/cac}
@@ -47,6 +48,11 @@ if [ -x "$cac" ]; then
     bench $m b64 --seq-block 64
     bench $m i2 --seq-items 2
     bench $m i8 --seq-items 8
+  done
+  # The group statistics computed in the seq kernel (--fuse-groups: GRPO and
+  # RLOO one kernel instead of two, TreeAdv four instead of five).
+  for m in grpo rloo treeadv; do
+    bench $m fg --fuse-groups
   done
 fi
 echo "staged $(du -sh "$deps" | cut -f1) in $deps"
