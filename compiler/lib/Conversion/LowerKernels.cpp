@@ -1095,10 +1095,13 @@ private:
   /// warps' values through shared memory, combined by every thread in the
   /// same order; every thread gets the result.
   Value blockReduce(ReduceOp red, Value acc) {
+    return blockReduce(red.getKind(), acc);
+  }
+  Value blockReduce(ReduceKind kind, Value acc) {
     const int64_t size = threads->size, w = threads->warp(),
                   warps = size / w;
     auto combine = [&](Value x, Value y) -> Value {
-      switch (red.getKind()) {
+      switch (kind) {
       case ReduceKind::Min:
         return b.create<arith::MinimumFOp>(e.loc, x, y);
       case ReduceKind::Max:
@@ -1659,6 +1662,17 @@ public:
   /// A value of the kernel (after compute).
   Value value(Value v) { return eval(v); }
 
+  /// Runs the member loops over the threads of a block: thread `tid` of
+  /// `size` takes every size-th member, and `combine` (called by every
+  /// thread at the same point) combines the threads' partials of a
+  /// reduction of that kind.
+  void inBlock(Value tid, int64_t size,
+               std::function<Value(ReduceKind, Value)> combine) {
+    blockTid = tid;
+    blockSize = size;
+    blockCombine = std::move(combine);
+  }
+
 private:
   static bool isSecondPass(ReduceKind k) {
     return k == ReduceKind::Var || k == ReduceKind::Std ||
@@ -1675,56 +1689,75 @@ private:
       else
         inits.push_back(e.fconst(0.0));
     }
-    auto forOp = b.create<scf::ForOp>(e.loc, e.i64(0), n, e.i64(1), inits);
+    // In a block (fused into a seq kernel on the GPU) thread tid takes
+    // members tid, tid + size, ... and the block combines the partials:
+    // a member's value and the first/last selections are 0 elsewhere, so
+    // they combine as sums like the rest.
+    Value lo = blockCombine ? blockTid : e.i64(0);
+    Value step = blockCombine ? e.i64(blockSize) : e.i64(1);
+    auto forOp = b.create<scf::ForOp>(e.loc, lo, n, step, inits);
     eraseImplicitYield(forOp);
-    OpBuilder::InsertionGuard g(b);
-    b.setInsertionPointToStart(forOp.getBody());
-    Value j = forOp.getInductionVar();
-    Value member =
-        e.loadI32AsI64(kGroupMembers, b.create<arith::AddIOp>(e.loc, mstart, j));
-    SmallVector<Value> yields;
+    SmallVector<Value> results;
+    {
+      OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(forOp.getBody());
+      Value j = forOp.getInductionVar();
+      Value member = e.loadI32AsI64(kGroupMembers,
+                                    b.create<arith::AddIOp>(e.loc, mstart, j));
+      SmallVector<Value> yields;
+      for (auto [k, rc] : llvm::enumerate(reds)) {
+        ReduceOp r = rc;
+        Value acc = forOp.getRegionIterArgs()[k];
+        Value x = seqAt(r.getOperand(), member);
+        Value next;
+        if (secondPass) {
+          Value d = b.create<arith::SubFOp>(e.loc, x, means[r]);
+          next = b.create<arith::AddFOp>(e.loc, acc,
+                                         b.create<arith::MulFOp>(e.loc, d, d));
+        } else {
+          switch (r.getKind()) {
+          case ReduceKind::Min:
+            next = b.create<arith::MinimumFOp>(e.loc, acc, x);
+            break;
+          case ReduceKind::Max:
+            next = b.create<arith::MaximumFOp>(e.loc, acc, x);
+            break;
+          case ReduceKind::Count:
+            next = b.create<arith::AddFOp>(e.loc, acc, e.fconst(1.0));
+            break;
+          case ReduceKind::First: {
+            Value c = b.create<arith::CmpIOp>(e.loc, arith::CmpIPredicate::eq,
+                                              j, e.i64(0));
+            next = b.create<arith::SelectOp>(e.loc, c, x, acc);
+            break;
+          }
+          case ReduceKind::Last: {
+            Value c = b.create<arith::CmpIOp>(
+                e.loc, arith::CmpIPredicate::eq, j,
+                b.create<arith::SubIOp>(e.loc, n, e.i64(1)));
+            next = b.create<arith::SelectOp>(e.loc, c, x, acc);
+            break;
+          }
+          default: // Sum, Mean and the first pass of Var/Std: a sum.
+            next = b.create<arith::AddFOp>(e.loc, acc, x);
+            break;
+          }
+        }
+        yields.push_back(next);
+      }
+      b.create<scf::YieldOp>(e.loc, yields);
+    }
     for (auto [k, rc] : llvm::enumerate(reds)) {
       ReduceOp r = rc;
-      Value acc = forOp.getRegionIterArgs()[k];
-      Value x = seqAt(r.getOperand(), member);
-      Value next;
-      if (secondPass) {
-        Value d = b.create<arith::SubFOp>(e.loc, x, means[r]);
-        next = b.create<arith::AddFOp>(e.loc, acc,
-                                       b.create<arith::MulFOp>(e.loc, d, d));
-      } else {
-        switch (r.getKind()) {
-        case ReduceKind::Min:
-          next = b.create<arith::MinimumFOp>(e.loc, acc, x);
-          break;
-        case ReduceKind::Max:
-          next = b.create<arith::MaximumFOp>(e.loc, acc, x);
-          break;
-        case ReduceKind::Count:
-          next = b.create<arith::AddFOp>(e.loc, acc, e.fconst(1.0));
-          break;
-        case ReduceKind::First: {
-          Value c = b.create<arith::CmpIOp>(e.loc, arith::CmpIPredicate::eq, j,
-                                            e.i64(0));
-          next = b.create<arith::SelectOp>(e.loc, c, x, acc);
-          break;
-        }
-        case ReduceKind::Last: {
-          Value c = b.create<arith::CmpIOp>(
-              e.loc, arith::CmpIPredicate::eq, j,
-              b.create<arith::SubIOp>(e.loc, n, e.i64(1)));
-          next = b.create<arith::SelectOp>(e.loc, c, x, acc);
-          break;
-        }
-        default: // Sum, Mean and the first pass of Var/Std: a sum.
-          next = b.create<arith::AddFOp>(e.loc, acc, x);
-          break;
-        }
+      Value acc = forOp.getResult(k);
+      if (blockCombine) {
+        bool asSum = r.getKind() == ReduceKind::First ||
+                     r.getKind() == ReduceKind::Last || secondPass;
+        acc = blockCombine(asSum ? ReduceKind::Sum : r.getKind(), acc);
       }
-      yields.push_back(next);
+      results.push_back(acc);
     }
-    b.create<scf::YieldOp>(e.loc, yields);
-    return SmallVector<Value>(forOp.getResults());
+    return results;
   }
 
   /// After pass 1: the reduction's value, or for Var/Std the group mean.
@@ -1788,6 +1821,9 @@ private:
   KernelOp kernel;
   ArrayRef<std::pair<Value, unsigned>> stores;
   Value group, mstart, mend, n, nf;
+  Value blockTid;
+  int64_t blockSize = 1;
+  std::function<Value(ReduceKind, Value)> blockCombine;
   llvm::DenseMap<ReduceOp, Value> means;
   DenseMap<Value, Value> memo;
 };
@@ -1802,6 +1838,9 @@ void SeqKernelEmitter::emitFusedGroups() {
     if (!read)
       continue;
     GroupKernelEmitter ge(e, g, abi, {});
+    if (threads)
+      ge.inBlock(threads->tid, threads->size,
+                 [&](ReduceKind k, Value acc) { return blockReduce(k, acc); });
     ge.compute(group);
     auto yield = cast<YieldOp>(g.getBody().front().getTerminator());
     for (auto [inner, outer] : llvm::zip(yield.getValues(), g.getResults()))
