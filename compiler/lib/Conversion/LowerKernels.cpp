@@ -2216,6 +2216,12 @@ struct LowerKernelsPass
           << seqItems.getValue();
       return signalPassFailure();
     }
+    if (!cac::isValidSeqMinBlocks(seqMinBlocks)) {
+      module.emitError("cac-lower-kernels: seq-min-blocks must be in [0, 32], "
+                       "not ")
+          << seqMinBlocks.getValue();
+      return signalPassFailure();
+    }
     if (!cac::isValidSeqLayout(seqLayout)) {
       module.emitError("cac-lower-kernels: seq-layout must be auto, blocked "
                        "or striped, not '")

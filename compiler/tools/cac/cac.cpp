@@ -187,13 +187,27 @@ llvm::Expected<cac::RunEagerFn> loadEagerPlugin() {
 }
 #endif
 
+/// The lowering options from the command line (every pipeline takes the
+/// ones it honours).
+static cac::CudaOptions loweringOptions() {
+  cac::CudaOptions opts;
+  opts.chip = arch;
+  opts.seqBlock = seqBlock;
+  opts.seqItems = seqItems;
+  opts.seqLayout = seqLayout;
+  opts.seqMinBlocks = seqMinBlocks;
+  opts.seqPrefetch = seqPrefetch;
+  opts.fuseGroups = fuseGroups;
+  return opts;
+}
+
 int realMain() {
   if (!cac::isValidSeqBlock(seqBlock))
     return fail("--seq-block must be 0 or a power of 2 up to 1024, not " +
                 llvm::Twine(seqBlock));
   if (!cac::isValidSeqItems(seqItems))
     return fail("--seq-items must be in [1, 16], not " + llvm::Twine(seqItems));
-  if (seqMinBlocks < 0 || seqMinBlocks > 32)
+  if (!cac::isValidSeqMinBlocks(seqMinBlocks))
     return fail("--seq-min-blocks must be in [0, 32], not " +
                 llvm::Twine(seqMinBlocks));
   if (!cac::isValidSeqLayout(seqLayout.getValue()))
@@ -251,10 +265,9 @@ int realMain() {
         return 1;
       return print(*module);
     }
-    cac::CudaOptions cpuOpts;
-    cpuOpts.fuseGroups = fuseGroups;
+    const cac::CudaOptions opts = loweringOptions();
     auto cpuPipeline = [&](OpPassManager &pm) {
-      cac::buildCpuPipeline(pm, cpuOpts);
+      cac::buildCpuPipeline(pm, opts);
     };
     if (emit == Emit::Llvm) {
       if (failed(runPipeline(ctx, *module, cpuPipeline)))
@@ -266,14 +279,6 @@ int realMain() {
     OwningOpRef<ModuleOp> cpuModule;
     if (!bundleDir.empty())
       cpuModule = module->clone();
-    cac::CudaOptions opts;
-    opts.chip = arch;
-    opts.seqBlock = seqBlock;
-    opts.seqItems = seqItems;
-    opts.seqLayout = seqLayout;
-    opts.seqMinBlocks = seqMinBlocks;
-    opts.seqPrefetch = seqPrefetch;
-    opts.fuseGroups = fuseGroups;
     if (failed(runPipeline(ctx, *module, [&](OpPassManager &pm) {
           cac::buildCudaPipeline(pm, opts);
         })))
@@ -389,13 +394,7 @@ int realMain() {
 #endif
     } else if (backend == "cpu" || backend == "gpu-sim") {
       bool sim = backend == "gpu-sim";
-      cac::CudaOptions opts;
-      opts.seqBlock = seqBlock;
-      opts.seqItems = seqItems;
-      opts.seqLayout = seqLayout;
-      opts.seqMinBlocks = seqMinBlocks;
-      opts.seqPrefetch = seqPrefetch;
-      opts.fuseGroups = fuseGroups;
+      const cac::CudaOptions opts = loweringOptions();
       if (failed(runPipeline(ctx, *module, [&](OpPassManager &pm) {
             if (sim)
               cac::buildCudaSimPipeline(pm, opts);

@@ -35,6 +35,10 @@ inline bool isValidSeqBlock(int64_t threads) {
 }
 /// `seq-items`: consecutive tokens per thread in a tile, 1 to 16.
 inline bool isValidSeqItems(int64_t items) { return items >= 1 && items <= 16; }
+/// `seq-min-blocks`: 0 (no bound) to 32 blocks on an SM.
+inline bool isValidSeqMinBlocks(int64_t blocks) {
+  return blocks >= 0 && blocks <= 32;
+}
 /// `seq-layout`: "auto", "blocked" or "striped".
 inline bool isValidSeqLayout(const std::string &layout) {
   return layout == "auto" || layout == "blocked" || layout == "striped";
