@@ -20,6 +20,10 @@ for backend in cpu eager; do
   python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$methods" \
     --backend "$backend" --seeds 1-6 --max-len 4096 --stdlib stdlib || status=1
 done
+# Short sequences (1 to 9 tokens): the CPU's token loops take the first token
+# alone, then four at a time where a scan discounts, then what is left.
+python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$methods" \
+  --backend cpu --seeds 1-6 --max-len 9 --num-seqs 24 --stdlib stdlib || status=1
 # The GPU's block-per-sequence kernels, their threads simulated on the CPU
 # (`--backend gpu-sim`), against the same reference: the GPU's default blocks
 # (128 threads x 4 tokens, four warps, --seq-layout auto), blocks of 64
