@@ -30,6 +30,7 @@ static cac::CacLowerKernelsOptions lowerOptions(StringRef target,
   l.seqLayout = o.seqLayout;
   l.seqMinBlocks = o.seqMinBlocks;
   l.seqPrefetch = o.seqPrefetch;
+  l.seqPrefetchWritten = o.seqPrefetchWritten;
   l.fuseGroups = o.fuseGroups;
   return l;
 }

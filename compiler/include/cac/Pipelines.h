@@ -34,6 +34,8 @@ struct CudaOptions {
   int64_t seqMinBlocks = 0;
   /// Each tile of a seq kernel asks L2 for the next tile's tokens.
   bool seqPrefetch = true;
+  /// With seqPrefetch, also the buffers the kernel wrote in an earlier loop.
+  bool seqPrefetchWritten = true;
   /// Group kernels that read only inputs are computed inside the seq kernels
   /// that read them (every target: host.so and the PTX share a manifest).
   bool fuseGroups = false;

@@ -436,6 +436,8 @@ struct BlockThreads {
   /// Each tile asks L2 for the next tile's tokens of every buffer the loop
   /// reads (PTX prefetch; the GPU only).
   bool prefetch = false;
+  /// With prefetch: also the buffers the kernel wrote in an earlier loop.
+  bool prefetchWritten = true;
   Value tid;         ///< i64 in [0, size)
   Value shared;      ///< blockSharedElements(size) elements of the float type
   std::function<void()> barrier;
@@ -1679,7 +1681,7 @@ private:
     }
     Operation *op = v.getDefiningOp();
     if (isa<ScanOp, RankOp>(op)) {
-      if (tileLoads)
+      if (tileLoads && threads->prefetchWritten)
         tileLoads->insert(v);
       return e.loadBuffer(v, t);
     }
@@ -2862,6 +2864,7 @@ struct LowerKernelsPass
       threads.items = seqItems;
       threads.layout = layoutOf(seqLayout);
       threads.prefetch = seqPrefetch;
+      threads.prefetchWritten = seqPrefetchWritten;
       threads.tid = tid;
       auto shared = ib.create<LLVM::AddressOfOp>(
           loc, LLVM::LLVMPointerType::get(ib.getContext(), 3), kSharedName);

@@ -106,6 +106,12 @@ static cl::opt<bool> seqPrefetch(
              "next tile's tokens (PTX prefetch.L2; default on, "
              "--seq-prefetch=false turns it off)"),
     cl::init(true), cl::cat(cat));
+static cl::opt<bool> seqPrefetchWritten(
+    "seq-prefetch-written",
+    cl::desc("GPU, with --seq-prefetch: also prefetch the buffers the kernel "
+             "itself wrote in an earlier loop (scans, ranks; default on); "
+             "=false: only the ones it did not write"),
+    cl::init(true), cl::cat(cat));
 static cl::opt<bool> fuseGroups(
     "fuse-groups",
     cl::desc("compute a group kernel that reads only inputs (GRPO's and "
@@ -197,6 +203,7 @@ static cac::CudaOptions loweringOptions() {
   opts.seqLayout = seqLayout;
   opts.seqMinBlocks = seqMinBlocks;
   opts.seqPrefetch = seqPrefetch;
+  opts.seqPrefetchWritten = seqPrefetchWritten;
   opts.fuseGroups = fuseGroups;
   return opts;
 }

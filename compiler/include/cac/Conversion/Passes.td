@@ -42,6 +42,11 @@ def CacLowerKernels : Pass<"cac-lower-kernels", "::mlir::ModuleOp"> {
     Option<"seqPrefetch", "seq-prefetch", "bool", /*default=*/"true",
            "each tile of a block-per-sequence kernel asks L2 for the next "
            "tile's tokens (target cuda)">,
+    Option<"seqPrefetchWritten", "seq-prefetch-written", "bool",
+           /*default=*/"true",
+           "with seq-prefetch: also the buffers the kernel itself wrote in "
+           "an earlier loop (scans, ranks); false: only what it reads from "
+           "memory it did not write">,
     Option<"fuseGroups", "fuse-groups", "bool", /*default=*/"false",
            "a group kernel that reads only inputs is not emitted: each seq "
            "kernel that reads its values computes them for its sequence's "

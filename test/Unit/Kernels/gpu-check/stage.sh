@@ -21,7 +21,9 @@ cp -r /usr/include/nlohmann "$deps/include/"
 # RLOO also as the default before 2026-11-26 (NAME-blocked256: 256 threads,
 # blocked, no prefetch), striped throughout (NAME-striped) and with other
 # shapes (NAME-b64: 64 threads; NAME-i2, -i8: tokens per thread); GRPO, RLOO
-# and TreeAdv with their group kernel fused into the seq kernel (NAME-fg). (The
+# and TreeAdv with their group kernel fused into the seq kernel (NAME-fg);
+# SPO-chain and SAPO prefetching only the buffers they did not write
+# (NAME-pfin). (The
 # register bounds of --seq-min-blocks were measured once and lost; see
 # docs/benchmarks.md.)
 cac=${CAC:-$repo/build/bin/cac}
@@ -53,6 +55,12 @@ if [ -x "$cac" ]; then
   # RLOO one kernel instead of two, TreeAdv four instead of five).
   for m in grpo rloo treeadv; do
     bench $m fg --fuse-groups
+  done
+  # The prefetch of only what the kernel did not write itself (SPO-chain
+  # lost 11-24% to the prefetch at 1024-2048 sequences; 7 of its prefetches
+  # become 3, SAPO's 9 become 2).
+  for m in spo_chain sapo; do
+    bench $m pfin --seq-prefetch-written=false
   done
 fi
 echo "staged $(du -sh "$deps" | cut -f1) in $deps"
