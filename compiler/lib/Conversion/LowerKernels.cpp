@@ -695,7 +695,7 @@ private:
   /// scans discounts, by the same factor at every token (GAE's gamma *
   /// lambda), so that the iteration's decay products are loop invariants
   /// and the carry's one FMA per token, its speed limit, becomes one per
-  /// kUnroll tokens (GAE 1.5x faster, docs/benchmarks.md). Measured and left
+  /// kUnroll tokens (GAE 1.2-1.6x faster, docs/benchmarks.md). Measured and left
   /// one token an iteration: a decay that varies by token (SAE: a multiply
   /// more per token unrolled, 5-10% slower) and counting scans, decay 1
   /// (VinePPO's segment ids: 15-20% slower).
@@ -742,13 +742,14 @@ private:
 
   /// The loop over the sequence's tokens, one thread walking them. A scan
   /// y_t = x_t + c_t * y_(t-1) carries one FMA from token to token, and that
-  /// latency, not memory, bounded GAE on the CPU. So a loop with a scan (or
-  /// a sum, min or max) takes kUnroll tokens an iteration: per scan the
-  /// partial y_j = Y_j + P_j * carry, with Y_j and P_j (the scan of the
-  /// iteration's own tokens and the product of their decays) computed apart
-  /// from the carry, leaves one FMA on the carried path per kUnroll tokens;
-  /// a reduction adds its kUnroll tokens pairwise before the carry. The
-  /// tokens left over (len mod kUnroll) take a second loop, one at a time.
+  /// latency, not memory, bounded GAE on the CPU. So a loop that `unrolls`
+  /// takes its first token alone, then kUnroll tokens an iteration: per
+  /// scan the partial y_j = Y_j + P_j * carry, with Y_j and P_j (the scan of
+  /// the iteration's own tokens and the product of their decays) computed
+  /// apart from the carry, leaves one FMA on the carried path per kUnroll
+  /// tokens; a sum, mean, min or max adds the kUnroll tokens pairwise before
+  /// the carry. The tokens left over ((len - 1) mod kUnroll) take a third
+  /// loop, one at a time.
   void emitLoop(Loop &l) {
     prepareLoopOuter(l);
     // A rank reads its whole sequence: it is sorted before the loop, whose
@@ -872,9 +873,6 @@ private:
             xs = std::move(half);
           }
           acc = reduceStep(red, acc, xs[0], ts[0]);
-        } else if (red.getKind() == ReduceKind::Count) {
-          acc = b.create<arith::AddFOp>(e.loc, acc,
-                                        e.fconst(double(ts.size())));
         } else {
           for (Value t : ts)
             acc = reduceStep(red, acc, evalTok(red.getOperand(), t), t);
