@@ -687,8 +687,8 @@ private:
     }
   }
 
-  /// Tokens one iteration of a CPU loop takes when the loop carries a scan
-  /// or an associative reduction (see emitLoop).
+  /// Tokens one iteration of a CPU loop takes when it `unrolls` (see
+  /// emitLoop).
   static constexpr int64_t kUnroll = 4;
 
   /// Whether the loop takes kUnroll tokens an iteration: when one of its
@@ -815,8 +815,8 @@ private:
     }
     tokenMemo.clear();
     back.clear();
-    for (size_t j = 0; j < ts.size(); ++j)
-      if (backInRange)
+    if (backInRange)
+      for (size_t j = 0; j < ts.size(); ++j)
         back[ts[j]] = j ? ts[j - 1] : Value();
     backOffset = l.reverse ? 1 : -1;
     // The carry is the loop's critical path: allow LLVM to fuse a multiply
