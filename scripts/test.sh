@@ -51,11 +51,12 @@ python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$methods" 
 python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$methods" \
   --backend gpu-sim --seeds 13-14 --max-len 4096 --stdlib stdlib \
   --cac-arg=--seq-block=256 --cac-arg=--seq-layout=striped || status=1
-# Group kernels fused into the seq kernels that read them (--fuse-groups:
-# GRPO, RLOO, TreeAdv), on the CPU and in the GPU's blocks.
+# Group kernels of their own (--fuse-groups=false; fused into the seq kernels
+# that read them by default: GRPO, RLOO, TreeAdv), on the CPU and in the GPU's
+# blocks.
 python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$methods" \
   --backend cpu,gpu-sim --seeds 15-17 --max-len 2048 --stdlib stdlib \
-  --cac-arg=--fuse-groups || status=1
+  --cac-arg=--fuse-groups=false || status=1
 # (check_objective runs the objectives' gpu-sim kernels too: blocks of 8
 # threads x 2 tokens, then 256 x 4.)
 python3 test/reference/check_objective.py --cac "$BUILD/bin/cac" --seeds 1-3 \

@@ -17,9 +17,10 @@
 //            2026-11-25), `b64`/`b256` (--seq-block), `i2`/`i8`
 //            (--seq-items), `striped` (--seq-layout striped), `nopf`
 //            (--seq-prefetch=false), `blocked256` (the default before
-//            2026-11-26: 256 threads, blocked, no prefetch), `fg`
-//            (--fuse-groups) and `pfin` (--seq-prefetch-written=false), to
-//            choose the defaults on a GPU;
+//            2026-11-26: 256 threads, blocked, no prefetch), `nofg`
+//            (--fuse-groups=false: group statistics in a group kernel of
+//            their own, the default before 2026-11-26) and `pfin`
+//            (--seq-prefetch-written=false), to choose the defaults on a GPU;
 //   loop     verl's loop for the methods verl has (gae, gae_dense:
 //            compute_gae_advantage_return, one column operation per token;
 //            grpo, rloo: per-sample loops over the group scores), on the
@@ -131,7 +132,7 @@ static int run(int argc, char **argv) {
   std::string bundlesDir, deviceName = "cuda";
   std::vector<std::string> variants = {"thread",     "b256",    "nopf",
                                        "blocked256", "striped", "b64",
-                                       "i2",         "i8",      "fg",
+                                       "i2",         "i8",      "nofg",
                                        "pfin"};
   CommonOptions o;
   o.methods = {"gae", "sae", "grpo", "gae_dense", "rloo"};

@@ -38,7 +38,7 @@ struct CudaOptions {
   bool seqPrefetchWritten = true;
   /// Group kernels that read only inputs are computed inside the seq kernels
   /// that read them (every target: host.so and the PTX share a manifest).
-  bool fuseGroups = false;
+  bool fuseGroups = true;
 };
 
 /// cac dialect -> partitioned cac dialect (canonicalize, CSE, partition).

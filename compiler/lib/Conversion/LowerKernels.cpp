@@ -2600,11 +2600,14 @@ struct LowerKernelsPass
     for (auto kernel : body.getOps<KernelOp>())
       if (fused.contains(kernel))
         fusedKernels.push_back(kernel);
+    // Kernels are named by their launch order (k0, k1, ..): a fused group
+    // kernel leaves no gap.
+    unsigned launched = 0;
     for (auto kernel : body.getOps<KernelOp>()) {
       if (fused.contains(kernel))
         continue;
-      std::string name = est.getSymName().str() + "_k" +
-                         std::to_string(kernel.getIndex());
+      std::string name =
+          est.getSymName().str() + "_k" + std::to_string(launched++);
       // What this kernel stores.
       SmallVector<std::pair<Value, unsigned>> tokenStores, outerStores;
       auto addStore = [&](Value v, unsigned buf) {

@@ -116,8 +116,9 @@ static cl::opt<bool> fuseGroups(
     "fuse-groups",
     cl::desc("compute a group kernel that reads only inputs (GRPO's and "
              "RLOO's group statistics) inside the seq kernels that read it: "
-             "one kernel fewer (every target)"),
-    cl::init(false), cl::cat(cat));
+             "one kernel fewer (every target; default on, =false keeps the "
+             "group kernel)"),
+    cl::init(true), cl::cat(cat));
 static cl::opt<std::string> dtype(
     "dtype", cl::desc("eval precision: f64 (default) or f32"),
     cl::init("f64"), cl::cat(cat));

@@ -47,7 +47,7 @@ def CacLowerKernels : Pass<"cac-lower-kernels", "::mlir::ModuleOp"> {
            "with seq-prefetch: also the buffers the kernel itself wrote in "
            "an earlier loop (scans, ranks); false: only what it reads from "
            "memory it did not write">,
-    Option<"fuseGroups", "fuse-groups", "bool", /*default=*/"false",
+    Option<"fuseGroups", "fuse-groups", "bool", /*default=*/"true",
            "a group kernel that reads only inputs is not emitted: each seq "
            "kernel that reads its values computes them for its sequence's "
            "group (one kernel fewer, each group's members read once per "

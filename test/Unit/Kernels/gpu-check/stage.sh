@@ -21,7 +21,7 @@ cp -r /usr/include/nlohmann "$deps/include/"
 # RLOO also as the default before 2026-11-26 (NAME-blocked256: 256 threads,
 # blocked, no prefetch), striped throughout (NAME-striped) and with other
 # shapes (NAME-b64: 64 threads; NAME-i2, -i8: tokens per thread); GRPO, RLOO
-# and TreeAdv with their group kernel fused into the seq kernel (NAME-fg);
+# and TreeAdv with their group kernel apart from the seq kernel (NAME-nofg);
 # SPO-chain and SAPO prefetching only the buffers they did not write
 # (NAME-pfin). (The
 # register bounds of --seq-min-blocks were measured once and lost; see
@@ -51,10 +51,11 @@ if [ -x "$cac" ]; then
     bench $m i2 --seq-items 2
     bench $m i8 --seq-items 8
   done
-  # The group statistics computed in the seq kernel (--fuse-groups: GRPO and
-  # RLOO one kernel instead of two, TreeAdv four instead of five).
+  # The group statistics in a group kernel of their own (--fuse-groups=false,
+  # the default before 2026-11-26: GRPO and RLOO two kernels instead of one,
+  # TreeAdv five instead of four, its tree-building kernel among them).
   for m in grpo rloo treeadv; do
-    bench $m fg --fuse-groups
+    bench $m nofg --fuse-groups=false
   done
   # The prefetch of only what the kernel did not write itself (SPO-chain
   # lost 11-24% to the prefetch at 1024-2048 sequences; 7 of its prefetches
