@@ -462,9 +462,11 @@ public:
                    ArrayRef<std::pair<Value, unsigned>> tokenStores,
                    ArrayRef<std::pair<Value, unsigned>> seqStores,
                    const BlockThreads *threads = nullptr,
-                   ArrayRef<KernelOp> fusedGroups = {})
+                   ArrayRef<KernelOp> fusedGroups = {},
+                   bool intCompares = true)
       : e(e), b(e.b), kernel(kernel), abi(abi), tokenStores(tokenStores),
-        seqStores(seqStores), threads(threads), fusedGroups(fusedGroups) {}
+        seqStores(seqStores), threads(threads), fusedGroups(fusedGroups),
+        intCompares(intCompares) {}
 
   void emit(Value unit) {
     this->unit = unit;
@@ -1725,11 +1727,15 @@ private:
       return e.load(e.args[abi.storage.lookup(g.getInput())], at, e.ft);
     }
     if (auto cmp = dyn_cast<CmpOp>(op)) {
-      // Positions against lengths (is_last, is_first, position < k):
-      // compared as the integers they are, not as floats, so that LLVM sees
-      // a condition on the induction variable (and peels the iteration it
-      // holds in) instead of a conversion and a float compare per token.
-      Value l = intTok(cmp.getLhs(), t), r = l ? intTok(cmp.getRhs(), t) : l;
+      // Positions against lengths (is_last, is_first, position < k) on the
+      // CPU: compared as the integers they are, not as floats, so that LLVM
+      // sees a condition on the induction variable (and peels the iteration
+      // it holds in) instead of a conversion and a float compare per token.
+      // The GPU keeps the float compare: on an H200, GAE's kernel with i64
+      // compares (or i32 ones) ran 2-5% slower at 16.8M tokens, though its
+      // SASS had fewer instructions (docs/benchmarks.md, 2026-11-26).
+      Value l = intCompares ? intTok(cmp.getLhs(), t) : Value();
+      Value r = l ? intTok(cmp.getRhs(), t) : l;
       if (l && r)
         return b.create<arith::CmpIOp>(e.loc, intPredicate(cmp), l, r);
     }
@@ -1803,6 +1809,8 @@ private:
   ArrayRef<std::pair<Value, unsigned>> tokenStores, seqStores;
   const BlockThreads *threads;
   ArrayRef<KernelOp> fusedGroups;
+  /// Positions and lengths compared as integers (the CPU target).
+  bool intCompares;
   std::vector<Loop> loops;
   DenseMap<Operation *, size_t> loopOf;
   DenseSet<std::pair<Value, unsigned>> placedStores;
@@ -2636,7 +2644,7 @@ struct LowerKernelsPass
         Emitter em(ib, kernel.getLoc(), ft, args, abi);
         if (kernel.getGrid() == Domain::Seq) {
           SeqKernelEmitter(em, kernel, abi, tokenStores, outerStores, threads,
-                           fusedKernels)
+                           fusedKernels, /*intCompares=*/target == "cpu")
               .emit(unit);
         } else if (kernel.getGrid() == Domain::Node) {
           NodeKernelEmitter(em, kernel, abi, outerStores).emit(unit);
