@@ -463,10 +463,10 @@ public:
                    ArrayRef<std::pair<Value, unsigned>> seqStores,
                    const BlockThreads *threads = nullptr,
                    ArrayRef<KernelOp> fusedGroups = {},
-                   bool intCompares = true)
+                   bool cpu = true)
       : e(e), b(e.b), kernel(kernel), abi(abi), tokenStores(tokenStores),
         seqStores(seqStores), threads(threads), fusedGroups(fusedGroups),
-        intCompares(intCompares) {}
+        intCompares(cpu), reassocSums(cpu) {}
 
   void emit(Value unit) {
     this->unit = unit;
@@ -1602,6 +1602,15 @@ private:
     switch (red.getKind()) {
     case ReduceKind::Sum:
     case ReduceKind::Mean:
+      // On the CPU the sum may be reassociated, so that LLVM's loop
+      // vectorizer keeps partial sums in vector lanes: without it a loop
+      // holding a sum (an objective's loss, GSPO's sequence ratio) stays
+      // scalar, stores and all. The GPU's sums are block reductions.
+      if (reassocSums)
+        return b.create<arith::AddFOp>(
+            e.loc, acc, x,
+            arith::FastMathFlagsAttr::get(b.getContext(),
+                                          arith::FastMathFlags::reassoc));
       return b.create<arith::AddFOp>(e.loc, acc, x);
     case ReduceKind::Min:
       return b.create<arith::MinimumFOp>(e.loc, acc, x);
@@ -1811,6 +1820,8 @@ private:
   ArrayRef<KernelOp> fusedGroups;
   /// Positions and lengths compared as integers (the CPU target).
   bool intCompares;
+  /// Token -> seq sums reassociable (the CPU target: vectorized loops).
+  bool reassocSums;
   std::vector<Loop> loops;
   DenseMap<Operation *, size_t> loopOf;
   DenseSet<std::pair<Value, unsigned>> placedStores;
@@ -2644,7 +2655,7 @@ struct LowerKernelsPass
         Emitter em(ib, kernel.getLoc(), ft, args, abi);
         if (kernel.getGrid() == Domain::Seq) {
           SeqKernelEmitter(em, kernel, abi, tokenStores, outerStores, threads,
-                           fusedKernels, /*intCompares=*/target == "cpu")
+                           fusedKernels, /*cpu=*/target == "cpu")
               .emit(unit);
         } else if (kernel.getGrid() == Domain::Node) {
           NodeKernelEmitter(em, kernel, abi, outerStores).emit(unit);
