@@ -466,7 +466,7 @@ public:
                    bool cpu = true)
       : e(e), b(e.b), kernel(kernel), abi(abi), tokenStores(tokenStores),
         seqStores(seqStores), threads(threads), fusedGroups(fusedGroups),
-        intCompares(cpu), reassocSums(cpu) {}
+        cpu(cpu) {}
 
   void emit(Value unit) {
     this->unit = unit;
@@ -1606,7 +1606,7 @@ private:
       // vectorizer keeps partial sums in vector lanes: without it a loop
       // holding a sum (an objective's loss, GSPO's sequence ratio) stays
       // scalar, stores and all. The GPU's sums are block reductions.
-      if (reassocSums)
+      if (cpu)
         return b.create<arith::AddFOp>(
             e.loc, acc, x,
             arith::FastMathFlagsAttr::get(b.getContext(),
@@ -1743,7 +1743,7 @@ private:
       // The GPU keeps the float compare: on an H200, GAE's kernel with i64
       // compares (or i32 ones) ran 2-5% slower at 16.8M tokens, though its
       // SASS had fewer instructions (docs/benchmarks.md, 2026-11-26).
-      Value l = intCompares ? intTok(cmp.getLhs(), t) : Value();
+      Value l = cpu ? intTok(cmp.getLhs(), t) : Value();
       Value r = l ? intTok(cmp.getRhs(), t) : l;
       if (l && r)
         return b.create<arith::CmpIOp>(e.loc, intPredicate(cmp), l, r);
@@ -1818,10 +1818,9 @@ private:
   ArrayRef<std::pair<Value, unsigned>> tokenStores, seqStores;
   const BlockThreads *threads;
   ArrayRef<KernelOp> fusedGroups;
-  /// Positions and lengths compared as integers (the CPU target).
-  bool intCompares;
-  /// Token -> seq sums reassociable (the CPU target: vectorized loops).
-  bool reassocSums;
+  /// The CPU target (not the GPU, nor its simulation): positions and
+  /// lengths are compared as integers, token -> seq sums are reassociable.
+  bool cpu;
   std::vector<Loop> loops;
   DenseMap<Operation *, size_t> loopOf;
   DenseSet<std::pair<Value, unsigned>> placedStores;
