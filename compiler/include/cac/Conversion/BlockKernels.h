@@ -1,7 +1,7 @@
 //===- BlockKernels.h - What block kernels and their simulation share -*- C++ -*-===//
 //
 // The contract between the lowering of block-per-sequence kernels
-// (LowerKernels.cpp) and the CPU runner that simulates their threads
+// (Conversion/LowerKernels/) and the CPU runner that simulates their threads
 // (Eval/Runner.cpp): docs/pipeline.md, "Seq kernels on the GPU".
 //
 //===----------------------------------------------------------------------===//

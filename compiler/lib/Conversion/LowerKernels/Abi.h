@@ -1,0 +1,129 @@
+//===- Abi.h - The argument list shared by an estimator's kernels -*- C++
+//-*-===//
+//
+// What every kernel of a bundle is called with (docs/bundle.md): the fixed
+// leading arguments, then one pointer per buffer (inputs, outputs, scratch),
+// then the parameters; and where each value of the estimator is stored.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CAC_CONVERSION_LOWERKERNELS_ABI_H
+#define CAC_CONVERSION_LOWERKERNELS_ABI_H
+
+#include "cac/Dialect/Cac/IR/CacDialect.h"
+
+#include "mlir/IR/Value.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/DenseSet.h"
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace cac::lowering {
+using namespace mlir;
+using namespace cac::ir;
+
+enum class ArgKind { I64, Ptr, Param };
+
+struct AbiArg {
+  std::string name;
+  ArgKind kind;
+};
+
+struct Buffer {
+  std::string name;
+  std::string role; // input | output | scratch
+  Domain domain;
+  /// A seg output stored on the tokens of its segments (docs/bundle.md).
+  bool segOnTokens = false;
+};
+
+/// Fixed leading arguments (docs/bundle.md).
+enum FixedArg : unsigned {
+  kUnitBegin,
+  kUnitEnd,
+  kNumSeqs,
+  kNumGroups,
+  kNumTokens,
+  kNumNodes,
+  kSeqOffsets,
+  kSeqGroup,
+  kGroupOffsets,
+  kGroupMembers,
+  kNodeParent,
+  kTokenNode,
+  kNumFixed
+};
+
+/// The names of the fixed arguments, in FixedArg order.
+extern const char *const kFixedNames[kNumFixed];
+
+/// The plan of a bundle's arguments and buffers (BufferPlan.cpp).
+struct Abi {
+  std::vector<AbiArg> args;
+  std::vector<Buffer> buffers;
+  std::vector<std::pair<std::string, std::optional<double>>> params;
+  /// The element type of the bundle's buffers and parameters.
+  Type floatType;
+  /// Where a value is stored: index into `args`.
+  DenseMap<Value, unsigned> storage;
+  /// Argument index of each parameter op's value.
+  DenseMap<Value, unsigned> paramArg;
+  /// The buffer of each `cac.output` op.
+  DenseMap<Operation *, unsigned> outputBuffer;
+  /// The scratch token buffers of each rank's radix sort: two permutations
+  /// and a second key array (the first is the rank's own buffer), written
+  /// and read alternately.
+  struct RankScratch {
+    unsigned permA, permB, keysB;
+  };
+  DenseMap<Operation *, RankScratch> rankScratch;
+  /// The tree's structure in the layout the node kernels read, built once
+  /// per call by the bundle's first kernel (TreeBuilder) from `node_parent`
+  /// and `token_node`; scratch buffers of node (K) or seq (B) length holding
+  /// indices as floats:
+  ///   childEnd[k]  end of node k's children in `children` (CSR, node ids
+  ///                ascending; they start at childEnd[k - 1], 0 for k = 0);
+  ///   order        the nodes breadth-first (roots first, in id order);
+  ///   size[k]      nodes in k's subtree, k included;
+  ///   pre[k]       k's position in a preorder walk (roots in id order,
+  ///                children in id order), so the subtree of k is the
+  ///                positions [pre[k], pre[k] + size[k]);
+  ///   preNode[p]   the node at preorder position p;
+  ///   seqEnd[p], seqByPre
+  ///                the non-empty sequences grouped by the preorder position
+  ///                of their leaf (the node of their last token), CSR like
+  ///                the children.
+  /// Each tree operation then visits only what it needs (children, the
+  /// subtree's nodes or sequences) instead of every node or sequence.
+  struct TreeScratch {
+    unsigned childEnd, children, order, size, pre, preNode, seqEnd, seqByPre;
+  };
+  std::optional<TreeScratch> tree;
+  unsigned firstBuffer = kNumFixed;
+  bool needsGroups = false;
+  bool needsTree = false;
+
+  unsigned addBuffer(StringRef name, StringRef role, Domain d) {
+    buffers.push_back({name.str(), role.str(), d});
+    return kNumFixed + buffers.size() - 1;
+  }
+};
+
+inline Domain domainOf(Value v) {
+  return cast<FieldType>(v.getType()).getDomain();
+}
+inline Type elemOf(Value v) {
+  return cast<FieldType>(v.getType()).getElementType();
+}
+
+/// Plans the arguments and buffers of `est`'s kernels: inputs, outputs, the
+/// scratch buffers of the kernel results that later kernels read, of scans,
+/// ranks and the tree, then the parameters. The group kernels in `fused`
+/// are computed inside seq kernels and get no storage.
+Abi planAbi(EstimatorOp est, const llvm::DenseSet<Operation *> &fused);
+
+} // namespace cac::lowering
+
+#endif // CAC_CONVERSION_LOWERKERNELS_ABI_H

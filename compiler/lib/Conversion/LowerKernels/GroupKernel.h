@@ -1,0 +1,73 @@
+//===- GroupKernel.h - Group kernels: one unit per group --------*- C++ -*-===//
+//
+// A group kernel loops over the member sequences of its group: a first pass
+// accumulates sums, minima, maxima, first and last members, a second (only
+// when needed) the squared deviations for variances. A fused group kernel
+// (cac-fuse-groups) runs the same passes inside a seq kernel, for the
+// sequence's group, split over the block's threads on the GPU.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CAC_CONVERSION_LOWERKERNELS_GROUPKERNEL_H
+#define CAC_CONVERSION_LOWERKERNELS_GROUPKERNEL_H
+
+#include "Emitter.h"
+#include "Schedule.h"
+
+#include <functional>
+
+namespace cac::lowering {
+
+class GroupKernelEmitter {
+public:
+  GroupKernelEmitter(Emitter &e, KernelOp kernel, ArrayRef<Store> stores)
+      : e(e), b(e.b), kernel(kernel), stores(stores) {}
+
+  /// The kernel's body for group `unit`: its values, stored.
+  void emit(Value unit);
+
+  /// The kernel's reductions and values for group `unit`, at the insertion
+  /// point (scalars go to the caller's anchor).
+  void compute(Value unit);
+
+  /// A value of the kernel (after compute).
+  Value value(Value v) { return eval(v); }
+
+  /// Runs the member loops over the threads of a block: thread `tid` of
+  /// `size` takes every size-th member, and `combine` (called by every
+  /// thread at the same point) combines the threads' partials of a
+  /// reduction of that kind.
+  void inBlock(Value tid, int64_t size,
+               std::function<Value(ReduceKind, Value)> combine) {
+    blockTid = tid;
+    blockSize = size;
+    blockCombine = std::move(combine);
+  }
+
+private:
+  static bool isSecondPass(ReduceKind k) {
+    return k == ReduceKind::Var || k == ReduceKind::Std ||
+           k == ReduceKind::VarUnbiased || k == ReduceKind::StdUnbiased;
+  }
+  SmallVector<Value> memberLoop(ArrayRef<ReduceOp> reds, bool secondPass);
+  Value firstPassStep(ReduceOp r, Value acc, Value x, Value j);
+  Value finishFirst(ReduceOp r, Value acc);
+  Value finishSecond(ReduceOp r, Value ss);
+  Value seqAt(Value v, Value seq);
+  Value eval(Value v);
+
+  Emitter &e;
+  OpBuilder &b;
+  KernelOp kernel;
+  ArrayRef<Store> stores;
+  Value group, mstart, mend, n, nf;
+  Value blockTid;
+  int64_t blockSize = 1;
+  std::function<Value(ReduceKind, Value)> blockCombine;
+  llvm::DenseMap<ReduceOp, Value> means;
+  DenseMap<Value, Value> memo;
+};
+
+} // namespace cac::lowering
+
+#endif // CAC_CONVERSION_LOWERKERNELS_GROUPKERNEL_H

@@ -1,0 +1,142 @@
+//===- KernelEmission.cpp - One function per kernel -----------------------===//
+//
+// Each `cac.kernel` of the estimator becomes one function over its grid
+// units; a bundle with node kernels gets the tree builder first. Kernels are
+// named by launch order, NAME_k0, NAME_k1, ...: a fused group kernel leaves
+// no gap.
+//
+//===----------------------------------------------------------------------===//
+
+#include "GroupKernel.h"
+#include "LowerKernelsImpl.h"
+#include "SeqKernel.h"
+#include "TreeKernels.h"
+
+namespace cac::lowering {
+namespace {
+
+/// Where the functions go and how they are shaped.
+struct Lowering {
+  ModuleOp module;
+  EstimatorOp est;
+  const LowerOptions &o;
+  const Abi &abi;
+  ArrayRef<KernelOp> fusedKernels;
+  OpBuilder &b;
+  KernelTarget &target;
+
+  KernelEntry emitTree();
+  KernelEntry emitKernel(KernelOp kernel, StringRef name);
+};
+
+} // namespace
+
+/// What kernel `kernel` stores: its outputs and the values later kernels
+/// read, token values apart from the others.
+static void storesOf(KernelOp kernel, const Abi &abi,
+                     SmallVectorImpl<Store> &tokenStores,
+                     SmallVectorImpl<Store> &outerStores) {
+  auto addStore = [&](Value v, unsigned buf) {
+    (domainOf(v) == Domain::Token ? tokenStores : outerStores)
+        .push_back({v, buf});
+  };
+  for (Operation &op : kernel.getBody().front())
+    if (auto out = dyn_cast<OutputOp>(op))
+      addStore(out.getValue(), abi.outputBuffer.lookup(out));
+  auto yield = cast<YieldOp>(kernel.getBody().front().getTerminator());
+  for (Value v : yield.getValues()) {
+    unsigned buf = abi.storage.lookup(v);
+    bool already = llvm::any_of(tokenStores,
+                                [&](auto &p) {
+                                  return p.first == v && p.second == buf;
+                                }) ||
+                   llvm::any_of(outerStores, [&](auto &p) {
+                     return p.first == v && p.second == buf;
+                   });
+    if (!already)
+      addStore(v, buf);
+  }
+}
+
+KernelEntry Lowering::emitTree() {
+  std::string name = est.getSymName().str() + "_tree";
+  Location loc = est.getLoc();
+  Type ft = abi.floatType;
+  auto emitBody = [&](OpBuilder &ib, ArrayRef<Value> args, Value unit,
+                      const BlockThreads *) {
+    Emitter em(ib, loc, ft, args, abi);
+    emitTreeBuilder(em, *abi.tree, unit);
+  };
+  target.createKernel(b, loc, name, abi, emitBody, /*perBlock=*/false);
+  return {name, "node", o.blockSize, "thread", std::nullopt, ""};
+}
+
+KernelEntry Lowering::emitKernel(KernelOp kernel, StringRef name) {
+  SmallVector<Store> tokenStores, outerStores;
+  storesOf(kernel, abi, tokenStores, outerStores);
+  Type ft = abi.floatType;
+  const bool perBlock =
+      target.blockPerSequence() && kernel.getGrid() == Domain::Seq;
+  auto emitBody = [&](OpBuilder &ib, ArrayRef<Value> args, Value unit,
+                      const BlockThreads *threads) {
+    Emitter em(ib, kernel.getLoc(), ft, args, abi);
+    if (kernel.getGrid() == Domain::Seq) {
+      SeqKernelEmitter(em, kernel, abi, target, tokenStores, outerStores,
+                       threads, fusedKernels)
+          .emit(unit);
+    } else if (kernel.getGrid() == Domain::Node) {
+      emitNodeKernel(em, kernel, abi, outerStores, unit);
+    } else {
+      GroupKernelEmitter(em, kernel, outerStores).emit(unit);
+    }
+  };
+  target.createKernel(b, kernel.getLoc(), name, abi, emitBody, perBlock);
+  KernelEntry k{name.str(),
+                stringifyDomain(kernel.getGrid()).str(),
+                perBlock ? o.seqBlock : o.blockSize,
+                perBlock ? "block" : "thread",
+                std::nullopt,
+                ""};
+  if (perBlock) {
+    k.items = o.seqItems;
+    k.layout = o.seqLayout;
+  }
+  return k;
+}
+
+LogicalResult lowerEstimator(ModuleOp module, EstimatorOp est,
+                             const LowerOptions &o) {
+  llvm::DenseSet<Operation *> fused;
+  if (o.fuseGroups)
+    fused = findFusedGroups(est);
+  Abi abi = planAbi(est, fused);
+  Block &body = est.getBodyBlock();
+  OpBuilder b(module.getContext());
+  b.setInsertionPointToEnd(module.getBody());
+  std::unique_ptr<KernelTarget> target = createKernelTarget(o, abi.floatType);
+  if (!target)
+    return module.emitError("cac-lower-kernels: unknown target '")
+           << o.target << "'";
+  target->prepareModule(module, b, est.getLoc());
+  SmallVector<KernelOp> fusedKernels;
+  for (auto kernel : body.getOps<KernelOp>())
+    if (fused.contains(kernel))
+      fusedKernels.push_back(kernel);
+  Lowering lowering{module, est, o, abi, fusedKernels, b, *target};
+  std::vector<KernelEntry> kernels;
+  if (abi.tree)
+    kernels.push_back(lowering.emitTree());
+  unsigned launched = 0;
+  for (auto kernel : body.getOps<KernelOp>()) {
+    if (fused.contains(kernel))
+      continue;
+    std::string name =
+        est.getSymName().str() + "_k" + std::to_string(launched++);
+    kernels.push_back(lowering.emitKernel(kernel, name));
+  }
+  module->setAttr("cac.manifest",
+                  b.getStringAttr(writeManifest(est, abi, kernels)));
+  return success();
+}
+
+} // namespace cac::lowering

@@ -1,0 +1,62 @@
+//===- Schedule.h - The loops of a seq kernel -------------------*- C++ -*-===//
+//
+// A seq kernel's scans, ranks, token -> seq reductions and token stores,
+// scheduled greedily into as few loops over the sequence as their
+// dependences allow. The schedule depends on the kernel and on where values
+// are stored only, not on the target.
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CAC_CONVERSION_LOWERKERNELS_SCHEDULE_H
+#define CAC_CONVERSION_LOWERKERNELS_SCHEDULE_H
+
+#include "Abi.h"
+
+namespace cac::lowering {
+
+/// What an item reads of another item: a scan or rank at a token offset, or
+/// a reduction once its loop completed.
+struct Dep {
+  Operation *op;  ///< A ScanOp, RankOp or a token -> seq ReduceOp.
+  int64_t offset; ///< Token offset at which a scan is read.
+  bool seqLevel;  ///< Read after its loop completed.
+};
+
+/// What a loop does at each token.
+struct Item {
+  enum Kind { Scan, Reduce, Rank, Store } kind;
+  Operation *op = nullptr; ///< Scan, Reduce, Rank.
+  Value value;             ///< Store: the token value.
+  unsigned buffer = 0;     ///< Store, Scan, Rank: where it goes.
+};
+
+/// One loop over a sequence's tokens, forward or reverse.
+struct Loop {
+  bool reverse = false;
+  bool directionFixed = false;
+  std::vector<Item> items;
+};
+
+/// A (token value, buffer) pair that a kernel stores.
+using Store = std::pair<Value, unsigned>;
+
+/// The loops of seq kernel `kernel`, in order. Items are placed in program
+/// order: each joins the last loop when its dependences allow (a value read
+/// at the next token is available in a reverse loop), else it opens a new
+/// loop; a dependence read at another token of the same loop fixes that
+/// loop's direction. Token stores join the loop where their value becomes
+/// available. `storage` says where scans and ranks are stored (a store into
+/// a scan's or a rank's own buffer is the scan's or the rank's).
+std::vector<Loop> scheduleLoops(KernelOp kernel,
+                                const DenseMap<Value, unsigned> &storage,
+                                ArrayRef<Store> tokenStores);
+
+/// Whether `v` is defined in the body of `kernel`.
+inline bool definedIn(KernelOp kernel, Value v) {
+  Operation *def = v.getDefiningOp();
+  return def && def->getParentOp() == kernel.getOperation();
+}
+
+} // namespace cac::lowering
+
+#endif // CAC_CONVERSION_LOWERKERNELS_SCHEDULE_H

@@ -1,0 +1,128 @@
+//===- SeqKernel.h - Seq kernels: one unit per sequence ---------*- C++ -*-===//
+//
+// A seq kernel's token values are not stored unless they must be (outputs,
+// values later kernels read, scans): they are expressions evaluated on demand
+// at a token index (TokenExpr.cpp) inside the loops of its schedule
+// (Schedule.cpp). A loop is walked by one thread (SerialLoop.cpp) or, in a
+// block-per-sequence kernel, by the block's threads tile by tile
+// (BlockLoop.cpp, with the block-wide scans and reductions of
+// BlockPrimitives.cpp); ranks are radix sorts before their loop
+// (RankSort.cpp).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CAC_CONVERSION_LOWERKERNELS_SEQKERNEL_H
+#define CAC_CONVERSION_LOWERKERNELS_SEQKERNEL_H
+
+#include "Emitter.h"
+#include "KernelTarget.h"
+#include "Schedule.h"
+
+#include "llvm/ADT/SetVector.h"
+
+#include <tuple>
+
+namespace cac::lowering {
+
+class SeqKernelEmitter {
+public:
+  /// `threads`: the block that runs a unit, or null for one thread;
+  /// `fusedGroups`: the group kernels whose values this kernel computes.
+  SeqKernelEmitter(Emitter &e, KernelOp kernel, const Abi &abi,
+                   const KernelTarget &target, ArrayRef<Store> tokenStores,
+                   ArrayRef<Store> seqStores, const BlockThreads *threads,
+                   ArrayRef<KernelOp> fusedGroups)
+      : e(e), b(e.b), kernel(kernel), abi(abi), target(target),
+        tokenStores(tokenStores), seqStores(seqStores), threads(threads),
+        fusedGroups(fusedGroups) {}
+
+  /// The kernel's body for sequence `unit`, at the insertion point.
+  void emit(Value unit);
+
+private:
+  bool inKernel(Value v) { return definedIn(kernel, v); }
+
+  // SeqKernel.cpp: the unit, seq-level values, reductions.
+  void emitFusedGroups();
+  void prepareOuter(Value v, DenseSet<Value> &seen);
+  void prepareLoopOuter(Loop &l);
+  Value reduceInit(ReduceOp red);
+  Value reduceStep(ReduceOp red, Value acc, Value x, Value t);
+  Value reduceFinish(ReduceOp red, Value acc);
+
+  // SerialLoop.cpp: a loop walked by one thread.
+  static constexpr int64_t kUnroll = 4;
+  bool unrolls(const Loop &l);
+  static bool isConstant(Value v, double x);
+  bool isTokenInvariant(Value v);
+  static bool isChainReduce(ReduceOp red);
+  void emitLoop(Loop &l);
+  SmallVector<Value> emitTokenLoop(Loop &l, Value lo, Value hi, int64_t step,
+                                   ArrayRef<Value> inits, bool backInRange);
+  Value emitScanStep(const Item &it, ArrayRef<Value> ts, Value prev);
+  Value emitReduceStep(const Item &it, ArrayRef<Value> ts, Value acc);
+
+  // BlockLoop.cpp: a loop walked by a block's threads, tile by tile.
+  void emitBlockLoop(Loop &l);
+  void emitBlockRanks(Loop &l);
+  SmallVector<Value> emitTileItems(Loop &l, ValueRange carried,
+                                   ArrayRef<Value> ts, ArrayRef<Value> ins,
+                                   bool striped);
+  Value emitTileScan(const Item &it, Value prev, ArrayRef<Value> ts,
+                     ArrayRef<Value> ins, bool striped);
+  void emitTilePrefetch(const llvm::SetVector<Value> &loads, Value base,
+                        Value tileLen, Value lastTok, bool reverse);
+  void finishBlockReductions(Loop &l, scf::ForOp forOp);
+  std::pair<Value, Value> affineAfter(Value ea, Value eb, Value la, Value lb);
+  Value applyAffine(Value a, Value bv, Value y);
+
+  // BlockPrimitives.cpp: block-wide scans and reductions.
+  Value isThread0();
+  Value sharedAt(Value i) { return e.ptrAt(threads->shared, i, e.ft); }
+  Value loadShared(Value i);
+  void storeShared(Value v, Value i);
+  std::tuple<Value, Value, Value, Value> blockScan(Value a, Value bv);
+  Value blockReduce(ReduceOp red, Value acc) {
+    return blockReduce(red.getKind(), acc);
+  }
+  Value blockReduce(ReduceKind kind, Value acc);
+  SmallVector<Value> blockDigitSlots(ArrayRef<Value> counts);
+
+  // RankSort.cpp: ranks as radix sorts.
+  Value rankKey(Value x);
+  void emitRankSortBlock(RankOp rank);
+  void emitRankSort(RankOp rank);
+
+  // TokenExpr.cpp: values at a token and seq-level values.
+  Value evalOuter(Value v);
+  Value computeOuter(Value v);
+  Value evalTok(Value v, Value t);
+  Value computeTok(Value v, Value t);
+  static arith::CmpIPredicate intPredicate(CmpOp cmp);
+  Value intTok(Value v, Value t);
+
+  Emitter &e;
+  OpBuilder &b;
+  KernelOp kernel;
+  const Abi &abi;
+  /// Compare and sum policies (KernelTarget).
+  const KernelTarget &target;
+  ArrayRef<Store> tokenStores, seqStores;
+  const BlockThreads *threads;
+  ArrayRef<KernelOp> fusedGroups;
+  std::vector<Loop> loops;
+  Value unit, start, end, len, group;
+  DenseMap<Value, Value> outerMemo;
+  DenseMap<std::pair<Value, Value>, Value> tokenMemo;
+  /// In a CPU loop past its first token: each token of the iteration -> the
+  /// token one step back, already computed in this iteration (null for the
+  /// iteration's first token: one step back is the previous iteration's).
+  DenseMap<Value, Value> back;
+  int64_t backOffset = 0;
+  /// While a tile's body is emitted: the token buffers it reads.
+  llvm::SetVector<Value> *tileLoads = nullptr;
+};
+
+} // namespace cac::lowering
+
+#endif // CAC_CONVERSION_LOWERKERNELS_SEQKERNEL_H

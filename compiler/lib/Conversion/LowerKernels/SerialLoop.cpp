@@ -1,0 +1,226 @@
+//===- SerialLoop.cpp - A seq kernel's loop walked by one thread ----------===//
+//
+// The CPU's seq kernels, and the GPU's with one thread per sequence
+// (seq-block=0): each loop of the schedule is an scf.for over the
+// sequence's tokens.
+//
+//===----------------------------------------------------------------------===//
+
+#include "SeqKernel.h"
+
+namespace cac::lowering {
+
+/// Whether the loop takes kUnroll tokens an iteration: when one of its
+/// scans discounts, by the same factor at every token (GAE's gamma *
+/// lambda), so that the iteration's decay products are loop invariants and
+/// the carry's one FMA per token, its speed limit, becomes one per kUnroll
+/// tokens (GAE 1.2-1.6x faster, docs/benchmarks.md). Measured and left one
+/// token an iteration: a decay that varies by token (SAE: a multiply more
+/// per token unrolled, 5-10% slower) and counting scans, decay 1 (VinePPO's
+/// segment ids: 15-20% slower).
+bool SeqKernelEmitter::unrolls(const Loop &l) {
+  for (const Item &it : l.items) {
+    if (it.kind != Item::Scan)
+      continue;
+    Value c = cast<ScanOp>(it.op).getDecay();
+    if (isTokenInvariant(c) && !isConstant(c, 1.0))
+      return true;
+  }
+  return false;
+}
+
+/// Whether `v` is the literal `x` (or its broadcast).
+bool SeqKernelEmitter::isConstant(Value v, double x) {
+  while (auto bc = v.getDefiningOp<BroadcastOp>())
+    v = bc.getOperand();
+  auto c = v.getDefiningOp<ConstantOp>();
+  auto f = c ? dyn_cast<FloatAttr>(c.getValue()) : FloatAttr();
+  return f && f.getValueAsDouble() == x;
+}
+
+/// Whether `v` has one value for all the tokens of a sequence.
+bool SeqKernelEmitter::isTokenInvariant(Value v) {
+  if (domainOf(v) != Domain::Token)
+    return true;
+  auto bc = v.getDefiningOp<BroadcastOp>();
+  return bc && domainOf(bc.getOperand()) != Domain::Token &&
+         domainOf(bc.getOperand()) != Domain::Node;
+}
+
+bool SeqKernelEmitter::isChainReduce(ReduceOp red) {
+  switch (red.getKind()) {
+  case ReduceKind::Sum:
+  case ReduceKind::Mean:
+  case ReduceKind::Min:
+  case ReduceKind::Max:
+    return true;
+  default:
+    return false;
+  }
+}
+
+/// The loop over the sequence's tokens, one thread walking them. A scan
+/// y_t = x_t + c_t * y_(t-1) carries one FMA from token to token, and that
+/// latency, not memory, bounded GAE on the CPU. So a loop that `unrolls`
+/// takes its first token alone, then kUnroll tokens an iteration: per scan
+/// the partial y_j = Y_j + P_j * carry, with Y_j and P_j (the scan of the
+/// iteration's own tokens and the product of their decays) computed apart
+/// from the carry, leaves one FMA on the carried path per kUnroll tokens; a
+/// sum, mean, min or max adds the kUnroll tokens pairwise before the carry.
+/// The tokens left over ((len - 1) mod kUnroll) take a third loop, one at a
+/// time.
+void SeqKernelEmitter::emitLoop(Loop &l) {
+  prepareLoopOuter(l);
+  // A rank reads its whole sequence: it is sorted before the loop, whose
+  // items then read the stored ranks.
+  for (Item &it : l.items)
+    if (it.kind == Item::Rank)
+      emitRankSort(cast<RankOp>(it.op));
+  // Loop-carried values: one per scan, one per reduction.
+  SmallVector<Value> carried;
+  for (Item &it : l.items) {
+    if (it.kind == Item::Scan)
+      carried.push_back(e.fconst(0.0));
+    else if (it.kind == Item::Reduce)
+      carried.push_back(reduceInit(cast<ReduceOp>(it.op)));
+  }
+  if (unrolls(l)) {
+    // The first token alone; after it, the token one step back (t + 1 in a
+    // reverse loop, t - 1 in a forward one) is always in the sequence, so
+    // `next` and `prev` read it without a bounds check, and within an
+    // iteration they reuse the value computed for the previous token.
+    Value first = b.create<arith::MinSIOp>(e.loc, len, e.i64(1));
+    carried = emitTokenLoop(l, e.i64(0), first, 1, carried, false);
+    Value rest = b.create<arith::SubIOp>(e.loc, len, first);
+    Value main = b.create<arith::SubIOp>(
+        e.loc, len, b.create<arith::RemSIOp>(e.loc, rest, e.i64(kUnroll)));
+    carried = emitTokenLoop(l, first, main, kUnroll, carried, true);
+    carried = emitTokenLoop(l, main, len, 1, carried, true);
+  } else {
+    carried = emitTokenLoop(l, e.i64(0), len, 1, carried, false);
+  }
+  unsigned carry = 0;
+  for (Item &it : l.items) {
+    if (it.kind == Item::Scan) {
+      ++carry;
+    } else if (it.kind == Item::Reduce) {
+      auto red = cast<ReduceOp>(it.op);
+      outerMemo[red.getResult()] = reduceFinish(red, carried[carry++]);
+    }
+  }
+}
+
+/// x + c * y, which LLVM may contract into one FMA: the carry is the loop's
+/// critical path (one rounding, half the latency).
+static Value fma(OpBuilder &b, Location loc, Value x, Value c, Value y) {
+  auto contract = arith::FastMathFlagsAttr::get(b.getContext(),
+                                                arith::FastMathFlags::contract);
+  return b.create<arith::AddFOp>(
+      loc, x, b.create<arith::MulFOp>(loc, c, y, contract), contract);
+}
+
+/// A scan over the iteration's tokens `ts` from the carry `prev`; stores
+/// and memoizes each token's value and returns the last.
+Value SeqKernelEmitter::emitScanStep(const Item &it, ArrayRef<Value> ts,
+                                     Value prev) {
+  auto scan = cast<ScanOp>(it.op);
+  Value partial, decay, y;
+  for (Value t : ts) {
+    Value x = evalTok(scan.getInput(), t);
+    Value c = evalTok(scan.getDecay(), t);
+    if (ts.size() == 1) {
+      y = fma(b, e.loc, x, c, prev);
+    } else {
+      partial = partial ? fma(b, e.loc, x, c, partial) : x;
+      decay = decay ? b.create<arith::MulFOp>(e.loc, c, decay) : c;
+      y = fma(b, e.loc, partial, decay, prev);
+    }
+    e.storeBuffer(it.buffer, y, t);
+    tokenMemo[{scan.getResult(), t}] = y;
+  }
+  return y;
+}
+
+/// A reduction over the iteration's tokens `ts` from the carry `acc`.
+Value SeqKernelEmitter::emitReduceStep(const Item &it, ArrayRef<Value> ts,
+                                       Value acc) {
+  auto red = cast<ReduceOp>(it.op);
+  if (ts.size() > 1 && isChainReduce(red)) {
+    // Pairwise over the iteration's tokens, then one step of the carry.
+    SmallVector<Value> xs;
+    for (Value t : ts)
+      xs.push_back(evalTok(red.getOperand(), t));
+    while (xs.size() > 1) {
+      SmallVector<Value> half;
+      for (size_t k = 0; k + 1 < xs.size(); k += 2)
+        half.push_back(reduceStep(red, xs[k], xs[k + 1], ts[0]));
+      if (xs.size() % 2)
+        half.push_back(xs.back());
+      xs = std::move(half);
+    }
+    return reduceStep(red, acc, xs[0], ts[0]);
+  }
+  for (Value t : ts)
+    acc = reduceStep(red, acc, evalTok(red.getOperand(), t), t);
+  return acc;
+}
+
+/// One scf.for over positions [lo, hi) of the sequence (counted from its
+/// first token, or from its last in a reverse loop), `step` tokens an
+/// iteration; returns the carried values after it.
+SmallVector<Value> SeqKernelEmitter::emitTokenLoop(Loop &l, Value lo, Value hi,
+                                                   int64_t step,
+                                                   ArrayRef<Value> inits,
+                                                   bool backInRange) {
+  auto forOp =
+      b.create<scf::ForOp>(e.loc, lo, hi, e.i64(step), ValueRange(inits));
+  eraseImplicitYield(forOp);
+  OpBuilder::InsertionGuard g(b);
+  b.setInsertionPointToStart(forOp.getBody());
+  Value i = forOp.getInductionVar();
+  // The iteration's tokens, in the loop's order.
+  SmallVector<Value> ts;
+  for (int64_t j = 0; j < step; ++j) {
+    Value ij = j ? b.create<arith::AddIOp>(e.loc, i, e.i64(j)) : i;
+    if (l.reverse)
+      ts.push_back(b.create<arith::SubIOp>(
+          e.loc, b.create<arith::SubIOp>(e.loc, end, e.i64(1)), ij));
+    else
+      ts.push_back(b.create<arith::AddIOp>(e.loc, start, ij));
+  }
+  tokenMemo.clear();
+  back.clear();
+  if (backInRange)
+    for (size_t j = 0; j < ts.size(); ++j)
+      back[ts[j]] = j ? ts[j - 1] : Value();
+  backOffset = l.reverse ? 1 : -1;
+  SmallVector<Value> yields;
+  unsigned carry = 0;
+  // Items are taken in order, each for all the iteration's tokens: an item
+  // reads only earlier items, at this token (memoized) or at a neighbour
+  // (stored already, by this iteration or an earlier one).
+  for (Item &it : l.items) {
+    switch (it.kind) {
+    case Item::Scan:
+      yields.push_back(
+          emitScanStep(it, ts, forOp.getRegionIterArgs()[carry++]));
+      break;
+    case Item::Rank: // stored by emitRankSort before the loop
+      break;
+    case Item::Reduce:
+      yields.push_back(
+          emitReduceStep(it, ts, forOp.getRegionIterArgs()[carry++]));
+      break;
+    case Item::Store:
+      for (Value t : ts)
+        e.storeBuffer(it.buffer, evalTok(it.value, t), t);
+      break;
+    }
+  }
+  b.create<scf::YieldOp>(e.loc, yields);
+  back.clear();
+  SmallVector<Value> out(forOp.getResults().begin(), forOp.getResults().end());
+  return out;
+}
+
+} // namespace cac::lowering

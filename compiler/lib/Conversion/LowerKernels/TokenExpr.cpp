@@ -1,0 +1,177 @@
+//===- TokenExpr.cpp - A seq kernel's values at a token -------------------===//
+//
+// Token values are expressions evaluated on demand at a token index (an i64
+// into the packed batch), memoized per token; seq-level values once per
+// unit. Only scans, ranks, inputs and earlier kernels' results are loaded.
+//
+//===----------------------------------------------------------------------===//
+
+#include "SeqKernel.h"
+
+namespace cac::lowering {
+
+Value SeqKernelEmitter::evalOuter(Value v) {
+  auto it = outerMemo.find(v);
+  if (it != outerMemo.end())
+    return it->second;
+  Value r = computeOuter(v);
+  outerMemo[v] = r;
+  return r;
+}
+
+Value SeqKernelEmitter::computeOuter(Value v) {
+  Operation *op = v.getDefiningOp();
+  if (!inKernel(v)) {
+    Domain d = domainOf(v);
+    if (d == Domain::Scalar)
+      return e.scalar(v);
+    assert(d == Domain::Seq || d == Domain::Group);
+    return e.loadBuffer(v, d == Domain::Group ? group : unit);
+  }
+  if (isa<LengthOp>(op))
+    return e.toFloat(len);
+  if (isa<ReduceOp>(op))
+    llvm_unreachable("reduction read before its loop was emitted");
+  SmallVector<Value> x;
+  for (Value o : op->getOperands())
+    x.push_back(evalOuter(o));
+  return e.elementwise(op, x);
+}
+
+Value SeqKernelEmitter::evalTok(Value v, Value t) {
+  auto key = std::make_pair(v, t);
+  auto it = tokenMemo.find(key);
+  if (it != tokenMemo.end())
+    return it->second;
+  Value r = computeTok(v, t);
+  tokenMemo[key] = r;
+  return r;
+}
+
+Value SeqKernelEmitter::computeTok(Value v, Value t) {
+  Domain d = domainOf(v);
+  if (d != Domain::Token)
+    return evalOuter(v);
+  if (!inKernel(v)) {
+    if (tileLoads)
+      tileLoads->insert(v);
+    return e.loadBuffer(v, t);
+  }
+  Operation *op = v.getDefiningOp();
+  if (isa<ScanOp, RankOp>(op)) {
+    if (tileLoads && threads->prefetchWritten)
+      tileLoads->insert(v);
+    return e.loadBuffer(v, t);
+  }
+  if (isa<PositionOp>(op))
+    return e.toFloat(b.create<arith::SubIOp>(e.loc, t, start));
+  if (auto s = dyn_cast<ShiftOp>(op)) {
+    // I64Attr accessors return uint64_t: read the offset as signed, or
+    // `prev` (-1) would be taken for a forward shift.
+    int64_t offset = int64_t(s.getOffset());
+    if (auto it = back.find(t); it != back.end() && offset == backOffset) {
+      // In range (see emitLoop): the previous token of the iteration, or
+      // the token before the iteration.
+      Value t2 = it->second ? it->second
+                            : b.create<arith::AddIOp>(e.loc, t, e.i64(offset));
+      return evalTok(s.getOperand(), t2);
+    }
+    Value t2 = b.create<arith::AddIOp>(e.loc, t, e.i64(offset));
+    Value in =
+        offset > 0
+            ? b.create<arith::CmpIOp>(e.loc, arith::CmpIPredicate::slt, t2, end)
+            : b.create<arith::CmpIOp>(e.loc, arith::CmpIPredicate::sge, t2,
+                                      start);
+    Value tc = b.create<arith::SelectOp>(e.loc, in, t2, t);
+    Value a = evalTok(s.getOperand(), tc);
+    Value f = evalTok(s.getFill(), t);
+    return b.create<arith::SelectOp>(e.loc, in, a, f);
+  }
+  if (auto bc = dyn_cast<BroadcastOp>(op)) {
+    Domain from = domainOf(bc.getOperand());
+    if (from == Domain::Node) // an earlier node kernel stored it
+      return e.loadBuffer(bc.getOperand(), e.loadI32AsI64(kTokenNode, t));
+    return from == Domain::Token ? evalTok(bc.getOperand(), t)
+                                 : evalOuter(bc.getOperand());
+  }
+  if (auto g = dyn_cast<SegGatherOp>(op)) {
+    // Segment j of sequence b is at seq_offsets[b] + j (docs/bundle.md);
+    // j never exceeds the token's position, so the index stays inside the
+    // sequence's slots.
+    Value idx = b.create<arith::FPToSIOp>(e.loc, b.getI64Type(),
+                                          evalTok(g.getIndex(), t));
+    Value at = b.create<arith::AddIOp>(e.loc, start, idx);
+    return e.load(e.args[abi.storage.lookup(g.getInput())], at, e.ft);
+  }
+  if (auto cmp = dyn_cast<CmpOp>(op)) {
+    // Positions against lengths (is_last, is_first, position < k), where
+    // the target compares them as the integers they are.
+    Value l = target.integerCompares() ? intTok(cmp.getLhs(), t) : Value();
+    Value r = l ? intTok(cmp.getRhs(), t) : l;
+    if (l && r)
+      return b.create<arith::CmpIOp>(e.loc, intPredicate(cmp), l, r);
+  }
+  SmallVector<Value> x;
+  for (Value o : op->getOperands())
+    x.push_back(evalTok(o, t));
+  return e.elementwise(op, x);
+}
+
+arith::CmpIPredicate SeqKernelEmitter::intPredicate(CmpOp cmp) {
+  switch (cmp.getPredicate()) {
+  case CmpPredicate::LT:
+    return arith::CmpIPredicate::slt;
+  case CmpPredicate::LE:
+    return arith::CmpIPredicate::sle;
+  case CmpPredicate::GT:
+    return arith::CmpIPredicate::sgt;
+  case CmpPredicate::GE:
+    return arith::CmpIPredicate::sge;
+  case CmpPredicate::EQ:
+    return arith::CmpIPredicate::eq;
+  case CmpPredicate::NE:
+    return arith::CmpIPredicate::ne;
+  }
+  llvm_unreachable("unknown predicate");
+}
+
+/// `v` at token `t` as an i64, where it is an integer by construction:
+/// the token's position, the sequence's length, integral literals, and
+/// sums and differences of these; a null Value otherwise. (Their floats
+/// are exact below 2^24 tokens a sequence, so the comparison is the same.)
+Value SeqKernelEmitter::intTok(Value v, Value t) {
+  Operation *op = v.getDefiningOp();
+  if (!op)
+    return Value();
+  if (auto c = dyn_cast<ConstantOp>(op)) {
+    auto f = dyn_cast<FloatAttr>(c.getValue());
+    if (!f)
+      return Value();
+    double d = f.getValueAsDouble();
+    if (d != std::floor(d) || std::fabs(d) > 9.0e15)
+      return Value();
+    return e.i64(int64_t(d));
+  }
+  if (!inKernel(v))
+    return Value();
+  if (isa<PositionOp>(op))
+    return b.create<arith::SubIOp>(e.loc, t, start);
+  if (isa<LengthOp>(op))
+    return len;
+  if (auto bc = dyn_cast<BroadcastOp>(op))
+    return intTok(bc.getOperand(), t);
+  if (auto bin = dyn_cast<BinaryOp>(op)) {
+    if (bin.getKind() != BinaryKind::Add && bin.getKind() != BinaryKind::Sub)
+      return Value();
+    Value x = intTok(bin.getLhs(), t);
+    Value y = x ? intTok(bin.getRhs(), t) : x;
+    if (!y)
+      return Value();
+    if (bin.getKind() == BinaryKind::Add)
+      return b.create<arith::AddIOp>(e.loc, x, y);
+    return b.create<arith::SubIOp>(e.loc, x, y);
+  }
+  return Value();
+}
+
+} // namespace cac::lowering

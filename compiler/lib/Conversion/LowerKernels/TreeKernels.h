@@ -1,0 +1,22 @@
+//===- TreeKernels.h - Node kernels and the tree builder --------*- C++ -*-===//
+
+#ifndef CAC_CONVERSION_LOWERKERNELS_TREEKERNELS_H
+#define CAC_CONVERSION_LOWERKERNELS_TREEKERNELS_H
+
+#include "Emitter.h"
+#include "Schedule.h"
+
+namespace cac::lowering {
+
+/// The body of the bundle's first kernel when it has node kernels, for unit
+/// `unit`: builds the tree's arrays `t` (TreeBuilder.cpp).
+void emitTreeBuilder(Emitter &e, const Abi::TreeScratch &t, Value unit);
+
+/// The body of node kernel `kernel` for node `unit`: its values `stores`,
+/// stored (NodeKernel.cpp).
+void emitNodeKernel(Emitter &e, KernelOp kernel, const Abi &abi,
+                    ArrayRef<Store> stores, Value unit);
+
+} // namespace cac::lowering
+
+#endif // CAC_CONVERSION_LOWERKERNELS_TREEKERNELS_H
