@@ -31,7 +31,6 @@ static cac::CacLowerKernelsOptions lowerOptions(StringRef target,
   l.seqMinBlocks = o.seqMinBlocks;
   l.seqPrefetch = o.seqPrefetch;
   l.seqPrefetchWritten = o.seqPrefetchWritten;
-  l.fuseGroups = o.fuseGroups;
   return l;
 }
 
@@ -44,8 +43,15 @@ static void addLlvmLowering(OpPassManager &pm) {
   pm.addPass(createReconcileUnrealizedCastsPass());
 }
 
+/// The optimization pipeline, then group fusion when it is on.
+static void addKernelPipeline(OpPassManager &pm, const cac::CudaOptions &o) {
+  cac::buildCacOptimizationPipeline(pm);
+  if (o.fuseGroups)
+    pm.addNestedPass<cac::ir::EstimatorOp>(cac::ir::createCacFuseGroups());
+}
+
 void cac::buildCudaSimPipeline(OpPassManager &pm, const CudaOptions &options) {
-  buildCacOptimizationPipeline(pm);
+  addKernelPipeline(pm, options);
   pm.addPass(createCacLowerKernels(lowerOptions("cuda-sim", options)));
   addLlvmLowering(pm);
 }
@@ -55,13 +61,13 @@ void cac::buildCpuPipeline(OpPassManager &pm) {
 }
 
 void cac::buildCpuPipeline(OpPassManager &pm, const CudaOptions &options) {
-  buildCacOptimizationPipeline(pm);
+  addKernelPipeline(pm, options);
   pm.addPass(createCacLowerKernels(lowerOptions("cpu", options)));
   addLlvmLowering(pm);
 }
 
 void cac::buildCudaPipeline(OpPassManager &pm, const CudaOptions &options) {
-  buildCacOptimizationPipeline(pm);
+  addKernelPipeline(pm, options);
   pm.addPass(createCacLowerKernels(lowerOptions("cuda", options)));
   pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());

@@ -37,7 +37,8 @@ struct CudaOptions {
   /// With seqPrefetch, also the buffers the kernel wrote in an earlier loop.
   bool seqPrefetchWritten = true;
   /// Group kernels that read only inputs are computed inside the seq kernels
-  /// that read them (every target: host.so and the PTX share a manifest).
+  /// that read them: the pipelines run cac-fuse-groups after the partition
+  /// (every target: host.so and the PTX share a manifest).
   bool fuseGroups = true;
 };
 
@@ -46,7 +47,7 @@ void buildCacOptimizationPipeline(mlir::OpPassManager &pm);
 
 /// Partitioned cac -> LLVM dialect functions taking `void**` (CPU).
 void buildCpuPipeline(mlir::OpPassManager &pm);
-/// The same with the options the CPU lowering honours (fuseGroups).
+/// The same with the options the CPU pipeline honours (fuseGroups).
 void buildCpuPipeline(mlir::OpPassManager &pm, const CudaOptions &options);
 
 /// Partitioned cac -> gpu.binary holding PTX.

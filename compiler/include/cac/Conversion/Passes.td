@@ -25,7 +25,9 @@ def CacLowerKernels : Pass<"cac-lower-kernels", "::mlir::ModuleOp"> {
     `@NAME(%params, %tid, %shared, %barrier)` that the block's simulated
     threads run, meeting at `cac_sim_barrier` (`cac eval --backend gpu-sim`,
     cac::simulateBlock), so the GPU's
-    block algorithms are tested without a GPU. The module gets a
+    block algorithms are tested without a GPU. A group kernel marked
+    `cac.fused` (cac-fuse-groups) is not emitted: the seq kernels that read
+    it compute its values. The module gets a
     `cac.manifest` attribute: the JSON manifest of the bundle.
   }];
   let options = [
@@ -47,11 +49,6 @@ def CacLowerKernels : Pass<"cac-lower-kernels", "::mlir::ModuleOp"> {
            "with seq-prefetch: also the buffers the kernel itself wrote in "
            "an earlier loop (scans, ranks); false: only what it reads from "
            "memory it did not write">,
-    Option<"fuseGroups", "fuse-groups", "bool", /*default=*/"true",
-           "a group kernel that reads only inputs is not emitted: each seq "
-           "kernel that reads its values computes them for its sequence's "
-           "group (one kernel fewer, each group's members read once per "
-           "member)">,
     Option<"seqMinBlocks", "seq-min-blocks", "int64_t", /*default=*/"0",
            "blocks of a block-per-sequence kernel that must fit on one SM "
            "at once (PTX .minnctapersm: ptxas limits the registers to fit "

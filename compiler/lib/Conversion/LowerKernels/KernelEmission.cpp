@@ -11,6 +11,7 @@
 #include "LowerKernelsImpl.h"
 #include "SeqKernel.h"
 #include "TreeKernels.h"
+#include "cac/Dialect/Cac/Transforms/Passes.h"
 
 namespace cac::lowering {
 namespace {
@@ -104,11 +105,28 @@ KernelEntry Lowering::emitKernel(KernelOp kernel, StringRef name) {
   return k;
 }
 
+/// The group kernels that cac-fuse-groups marked: the seq kernels that read
+/// them compute their values.
+static FailureOr<llvm::DenseSet<Operation *>> fusedGroups(EstimatorOp est) {
+  llvm::DenseSet<Operation *> fused;
+  for (auto kernel : est.getBodyBlock().getOps<KernelOp>()) {
+    if (!kernel->hasAttr(kFusedAttrName))
+      continue;
+    if (!isFusableGroupKernel(kernel))
+      return kernel.emitOpError(
+          "is marked cac.fused but is not a group kernel that reads no other "
+          "kernel, writes no output and is read by seq kernels only");
+    fused.insert(kernel);
+  }
+  return fused;
+}
+
 LogicalResult lowerEstimator(ModuleOp module, EstimatorOp est,
                              const LowerOptions &o) {
-  llvm::DenseSet<Operation *> fused;
-  if (o.fuseGroups)
-    fused = findFusedGroups(est);
+  FailureOr<llvm::DenseSet<Operation *>> marked = fusedGroups(est);
+  if (failed(marked))
+    return failure();
+  const llvm::DenseSet<Operation *> &fused = *marked;
   Abi abi = planAbi(est, fused);
   Block &body = est.getBodyBlock();
   OpBuilder b(module.getContext());

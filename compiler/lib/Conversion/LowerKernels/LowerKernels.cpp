@@ -51,7 +51,6 @@ struct LowerKernelsPass
     o.seqItems = seqItems;
     o.seqPrefetch = seqPrefetch;
     o.seqPrefetchWritten = seqPrefetchWritten;
-    o.fuseGroups = fuseGroups;
     o.seqMinBlocks = seqMinBlocks;
     o.seqLayout = seqLayout;
     return o;

@@ -16,10 +16,6 @@
 
 namespace cac::lowering {
 
-/// The group kernels of `est` that the seq kernels compute themselves
-/// (GroupFusion.cpp).
-llvm::DenseSet<Operation *> findFusedGroups(EstimatorOp est);
-
 /// Lowers `est` into functions in `module` and sets the module's
 /// `cac.manifest` (KernelEmission.cpp).
 LogicalResult lowerEstimator(ModuleOp module, EstimatorOp est,
