@@ -12,7 +12,7 @@
 //            in loops with one, each tile asking L2 for the next one's
 //            tokens (docs/pipeline.md);
 //   variants DIR/NAME-V for each V of --variants that was staged, one row
-//            each (test/Unit/Kernels/gpu-check/stage.sh): `thread`
+//            each (scripts/gpu/stage.sh): `thread`
 //            (`--seq-block 0`: one thread per sequence), `b64`/`b256`
 //            (--seq-block), `i2`/`i8` (--seq-items), `striped` (--seq-layout
 //            striped), `nopf` (--seq-prefetch=false), `blocked256` (256
@@ -40,8 +40,8 @@
 // benchmark, not a test; `--device cpu` runs the same program on the CPU
 // (host.so against itself) to check the program without a GPU.
 //
-// test/Unit/Kernels/gpu-check/stage.sh compiles the bundles (on a machine
-// with the compiler); `scripts/gpu-check.sh bench` builds and runs it on a GPU
+// scripts/gpu/stage.sh compiles the bundles (on a machine
+// with the compiler); `scripts/gpu/check.sh bench` builds and runs it on a GPU
 // machine.
 //
 //===----------------------------------------------------------------------===//

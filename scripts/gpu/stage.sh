@@ -3,7 +3,7 @@
 # headers into .gpu-deps/ (git-ignored through .gitignore) so that they can
 # travel to a GPU machine that has neither.
 set -euo pipefail
-repo=$(cd "$(dirname "$0")/../../../.." && pwd)
+repo=$(cd "$(dirname "$0")/../.." && pwd)
 deps=$repo/.gpu-deps
 rm -rf "$deps"
 mkdir -p "$deps/include"
@@ -12,7 +12,7 @@ cp -r /usr/include/nlohmann "$deps/include/"
 # Bundles of the stdlib, when a compiler build is at hand (the GPU machine has
 # no MLIR to make them): the StdlibBundle tests run every one of them there
 # (EveryMethodCudaMatchesCpu: GPU against host.so), grpo's also trains in
-# runtime/tools/cac-run/gpu-check/run.sh. bench-bundles/ holds what
+# scripts/gpu/cac-run/run.sh. bench-bundles/ holds what
 # `run.sh --bench` measures, all in one run: the methods with seq kernels as
 # `cac compile` makes them (blocks of 128 threads x 4 tokens, --seq-layout
 # auto, the next tile prefetched into L2), each also in the
