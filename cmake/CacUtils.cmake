@@ -30,3 +30,27 @@ function(cac_antlr4_generate prefix grammar out_dir package)
       ${out_dir}/${name}Visitor.cpp ${out_dir}/${name}BaseVisitor.cpp PARENT_SCOPE)
   set(${prefix}_INCLUDE_DIR ${out_dir} PARENT_SCOPE)
 endfunction()
+
+# Registers one ctest entry per GoogleTest suite of ${target}, named
+# ${prefix}.SUITE, with the suites read from the TEST/TEST_F/TEST_P lines of
+# ${ARGN} (the target's test sources), so a new suite can never be left out.
+# For test programs that load LibTorch (about a second per process), where
+# gtest_discover_tests' one process per test would cost more than the tests.
+function(cac_add_gtest_suites target prefix timeout)
+  set(suites)
+  foreach(src ${ARGN})
+    file(STRINGS ${CMAKE_CURRENT_SOURCE_DIR}/${src} lines
+         REGEX "^TEST(_F|_P)?\\(")
+    foreach(line ${lines})
+      string(REGEX REPLACE "^TEST(_F|_P)?\\(([A-Za-z0-9_]+),.*" "\\2" suite
+             "${line}")
+      list(APPEND suites ${suite})
+    endforeach()
+  endforeach()
+  list(REMOVE_DUPLICATES suites)
+  foreach(suite ${suites})
+    add_test(NAME ${prefix}.${suite}
+             COMMAND ${target} --gtest_filter=${suite}.*:*/${suite}.*)
+    set_tests_properties(${prefix}.${suite} PROPERTIES TIMEOUT ${timeout})
+  endforeach()
+endfunction()

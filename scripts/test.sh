@@ -71,18 +71,18 @@ for backend in cpu eager gpu-sim; do
 done
 python3 test/reference/check_obs.py --cac "$BUILD/bin/cac" --backend gpu-sim \
   --seeds 4-6 || status=1
-# What a GPU session runs (scripts/gpu-check.sh), dry-run here against
+# What a GPU session runs (scripts/gpu/check.sh), dry-run here against
 # Debian's LibTorch so that it keeps working between GPU sessions: the
 # staging of bundles and sources, the runtime kernels' standalone build and
 # its tests (the CUDA ones skip), and cac-run's standalone build with its
 # training check on the CPU (ten methods' first RL step resumed from an SFT
 # checkpoint twice, the same metrics; an SFT + RL run and --resume).
-test/Unit/Kernels/gpu-check/stage.sh || status=1
+scripts/gpu/stage.sh || status=1
 gpu_out=$(mktemp -d)
 TORCH_PREFIX= TORCH_LIB= OUT=$gpu_out BUILD=$BUILD/gpu-dry-kernels \
-  test/Unit/Kernels/gpu-check/run.sh || status=1
+  scripts/gpu/kernels/run.sh || status=1
 TORCH_PREFIX= TORCH_LIB= DEVICE=cpu NCCL=0 OUT=$gpu_out BUILD=$BUILD/gpu-dry-cac-run \
-  runtime/tools/cac-run/gpu-check/run.sh || status=1
+  scripts/gpu/cac-run/run.sh || status=1
 rm -rf "$gpu_out"
 # The front end under libFuzzer (test/fuzz/README.md): a clang build of the
 # fuzz target in build-fuzz/ (ASan + UBSan), then CAC_FUZZ_SECONDS (150) of

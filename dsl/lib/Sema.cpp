@@ -14,83 +14,6 @@ using namespace cac::ast;
 
 namespace {
 
-struct BuiltinInfo {
-  const char *name;
-  Builtin id;
-};
-
-constexpr BuiltinInfo kBuiltins[] = {
-    {"exp", Builtin::Exp},
-    {"log", Builtin::Log},
-    {"sqrt", Builtin::Sqrt},
-    {"abs", Builtin::Abs},
-    {"sigmoid", Builtin::Sigmoid},
-    {"floor", Builtin::Floor},
-    {"ceil", Builtin::Ceil},
-    {"rank", Builtin::Rank},
-    {"top_k", Builtin::TopK},
-    {"mod", Builtin::Mod},
-    {"min", Builtin::Min},
-    {"max", Builtin::Max},
-    {"pow", Builtin::Pow},
-    {"clip", Builtin::Clip},
-    {"select", Builtin::Select},
-    {"float", Builtin::Float},
-    {"sg", Builtin::StopGrad},
-    {"kl_k1", Builtin::KlK1},
-    {"kl_k2", Builtin::KlK2},
-    {"kl_k3", Builtin::KlK3},
-    {"next", Builtin::Next},
-    {"prev", Builtin::Prev},
-    {"scan", Builtin::Scan},
-    {"rscan", Builtin::RScan},
-    {"cumsum", Builtin::CumSum},
-    {"rcumsum", Builtin::RCumSum},
-    {"pos", Builtin::Pos},
-    {"is_first", Builtin::IsFirst},
-    {"is_last", Builtin::IsLast},
-    {"length", Builtin::Length},
-    {"after", Builtin::After},
-    {"every", Builtin::Every},
-    {"nth", Builtin::Nth},
-    {"balanced", Builtin::Balanced},
-    {"seg_start", Builtin::SegStart},
-    {"seg_end", Builtin::SegEnd},
-    {"seg_len", Builtin::SegLen},
-    {"seg_pos", Builtin::SegPos},
-    {"num_segs", Builtin::NumSegs},
-    {"seg_sum", Builtin::SegSum},
-    {"seg_mean", Builtin::SegMean},
-    {"seg_first", Builtin::SegFirst},
-    {"seg_last", Builtin::SegLast},
-    {"is_root", Builtin::IsRoot},
-    {"is_leaf", Builtin::IsLeaf},
-    {"num_children", Builtin::NumChildren},
-    {"leaf_mean", Builtin::LeafMean},
-    {"subtree_mean", Builtin::SubtreeMean},
-    {"subtree_max", Builtin::SubtreeMax},
-    {"subtree_count", Builtin::SubtreeCount},
-    {"child_mean", Builtin::ChildMean},
-    {"tree_mean", Builtin::TreeMean},
-    {"parent", Builtin::Parent},
-    {"seq_sum", Builtin::SeqSum},
-    {"seq_mean", Builtin::SeqMean},
-    {"seq_min", Builtin::SeqMin},
-    {"seq_max", Builtin::SeqMax},
-    {"seq_first", Builtin::SeqFirst},
-    {"seq_last", Builtin::SeqLast},
-    {"group_sum", Builtin::GroupSum},
-    {"group_mean", Builtin::GroupMean},
-    {"group_min", Builtin::GroupMin},
-    {"group_max", Builtin::GroupMax},
-    {"group_var", Builtin::GroupVar},
-    {"group_std", Builtin::GroupStd},
-    {"group_var_unbiased", Builtin::GroupVarUnbiased},
-    {"group_std_unbiased", Builtin::GroupStdUnbiased},
-    {"group_count", Builtin::GroupCount},
-    {"group_loo_mean", Builtin::GroupLooMean},
-};
-
 /// What a name in the body refers to.
 struct Symbol {
   enum class Kind { Input, Param, Let, Output } kind;
@@ -487,29 +410,14 @@ private:
       return true;
     }
     if (auto b = lookupBuiltin(e.name)) {
-      switch (*b) {
-      case Builtin::Pos:
-      case Builtin::IsFirst:
-      case Builtin::IsLast:
-      case Builtin::Length:
-      case Builtin::GroupCount:
-      case Builtin::IsRoot:
-      case Builtin::IsLeaf:
-      case Builtin::NumChildren:
-      case Builtin::SubtreeCount:
-      case Builtin::SegStart:
-      case Builtin::SegEnd:
-      case Builtin::SegLen:
-      case Builtin::SegPos:
-      case Builtin::NumSegs:
-        // Zero-argument built-ins can be written without parentheses.
+      // Zero-argument built-ins can be written without parentheses.
+      if (builtinInfo(*b).maxArgs == 0) {
         e.kind = Expr::Kind::Call;
         return checkCall(e);
-      default:
-        error(e.loc) << "'" << e.name << "' is a function; call it with "
-                     << "arguments: " << e.name << "(...)";
-        return false;
       }
+      error(e.loc) << "'" << e.name << "' is a function; call it with "
+                   << "arguments: " << e.name << "(...)";
+      return false;
     }
     error(e.loc) << "unknown name '" << e.name << "'";
     return false;
@@ -564,288 +472,177 @@ private:
     for (auto &a : e.args)
       if (!checkExpr(*a))
         return false;
+    const BuiltinInfo &info = builtinInfo(*b);
     std::string what = "'" + e.name + "'";
-    if (usesGroups(*b) && !hasGroupInput) {
+    if (info.needs == BuiltinNeeds::Group && !hasGroupInput) {
       error(e.loc) << what
                    << " needs the grouping input; declare `input group : seq`";
       return false;
     }
-    if (*b >= Builtin::IsRoot && *b <= Builtin::Parent && !hasTreeInput) {
+    if (info.needs == BuiltinNeeds::Tree && !hasTreeInput) {
       error(e.loc) << what
                    << " needs the rollout tree; declare `input tree : node`";
       return false;
     }
-    auto floats = [&](size_t from = 0) {
-      for (size_t i = from; i < e.args.size(); ++i)
-        if (!requireFloat(*e.args[i], what))
+    if (!arity(e, info.minArgs, info.maxArgs))
+      return false;
+    if (ruleTakesNumbers(info.rule))
+      for (auto &a : e.args)
+        if (!requireFloat(*a, what))
           return false;
-      return true;
-    };
-    auto allOperands = [&](size_t from = 0) {
-      std::vector<Expr *> ops;
-      for (size_t i = from; i < e.args.size(); ++i)
-        ops.push_back(e.args[i].get());
-      return ops;
-    };
-    switch (*b) {
-    case Builtin::Exp:
-    case Builtin::Log:
-    case Builtin::Sqrt:
-    case Builtin::Abs:
-    case Builtin::Sigmoid:
-    case Builtin::Floor:
-    case Builtin::Ceil:
-      if (!arity(e, 1, 1) || !floats())
-        return false;
-      e.type = e.args[0]->type;
-      return true;
-    case Builtin::Min:
-    case Builtin::Max:
-    case Builtin::Pow:
-    case Builtin::Mod:
-    case Builtin::Clip: {
-      size_t n = *b == Builtin::Clip ? 3 : 2;
-      if (!arity(e, n, n) || !floats())
-        return false;
-      auto d = join(e, allOperands(), what);
+    if (info.needs == BuiltinNeeds::Segments &&
+        !domainUsable(Domain::Seg, e.loc))
+      return false;
+    if (!checkRule(e, info, what))
+      return false;
+    // The rules that derive the result's type from the arguments have set it.
+    if (info.domain)
+      e.type.domain = *info.domain;
+    if (info.elem)
+      e.type.elem = *info.elem;
+    return true;
+  }
+
+  /// The domain rule of a built-in (Builtins.def), once the argument count
+  /// and kinds are right.
+  bool checkRule(Expr &e, const BuiltinInfo &info, llvm::StringRef what) {
+    switch (info.rule) {
+    case BuiltinRule::Elementwise: {
+      auto d = join(e, operands(e), what);
       if (!d)
         return false;
       e.type = {*d, ElemKind::Float};
       return true;
     }
-    case Builtin::Select: {
-      if (!arity(e, 3, 3) || !requireBool(*e.args[0], what))
-        return false;
-      if (e.args[1]->type.elem != e.args[2]->type.elem) {
-        error(e.args[2]->loc)
-            << "both branches of 'select' must be numbers or both "
-               "predicates; this is a "
-            << describe(e.args[2]->type) << " and the other a "
-            << describe(e.args[1]->type);
-        return false;
-      }
-      auto d = join(e, allOperands(), what);
-      if (!d)
-        return false;
-      e.type = {*d, e.args[1]->type.elem};
-      return true;
-    }
-    case Builtin::Float:
-      if (!arity(e, 1, 1) || !requireBool(*e.args[0], what))
+    case BuiltinRule::Select:
+      return checkSelect(e, what);
+    case BuiltinRule::ToFloat:
+      if (!requireBool(*e.args[0], what))
         return false;
       e.type = {e.args[0]->type.domain, ElemKind::Float};
       return true;
-    case Builtin::StopGrad:
-      if (!arity(e, 1, 1) || !floats())
-        return false;
-      e.type = e.args[0]->type;
+    case BuiltinRule::AlongSequence:
+      return checkAlongSequence(e, what);
+    case BuiltinRule::Structure:
       return true;
-    case Builtin::KlK1:
-    case Builtin::KlK2:
-    case Builtin::KlK3: {
-      if (!arity(e, 2, 2) || !floats())
-        return false;
-      auto d = join(e, allOperands(), what);
-      if (!d)
-        return false;
-      e.type = {*d, ElemKind::Float};
-      return true;
-    }
-    case Builtin::Next:
-    case Builtin::Prev:
-    case Builtin::Scan:
-    case Builtin::RScan: {
-      bool shift = *b == Builtin::Next || *b == Builtin::Prev;
-      if (!arity(e, shift ? 1 : 2, 2) || !floats())
-        return false;
-      if (!requireSequenceDomain(*e.args[0], what))
-        return false;
-      if (e.args.size() == 2 &&
-          !broadcastsTo(e.args[1]->type.domain, e.args[0]->type.domain)) {
-        error(e.args[1]->loc)
-            << "the second argument of " << what << " has domain '"
-            << domainName(e.args[1]->type.domain)
-            << "', which does not broadcast to the first argument's '"
-            << domainName(e.args[0]->type.domain) << "'";
-        return false;
-      }
-      e.type = e.args[0]->type;
-      return true;
-    }
-    case Builtin::CumSum:
-    case Builtin::RCumSum:
-      if (!arity(e, 1, 1) || !floats() ||
-          !requireSequenceDomain(*e.args[0], what))
-        return false;
-      e.type = e.args[0]->type;
-      return true;
-    case Builtin::Pos:
-    case Builtin::IsFirst:
-    case Builtin::IsLast:
-      if (!arity(e, 0, 0))
-        return false;
-      e.type = {Domain::Token, *b == Builtin::Pos ? ElemKind::Float
-                                                  : ElemKind::Bool};
-      return true;
-    case Builtin::Length:
-      if (!arity(e, 0, 0))
-        return false;
-      e.type = {Domain::Seq, ElemKind::Float};
-      return true;
-    case Builtin::SeqSum:
-    case Builtin::SeqMean:
-    case Builtin::SeqMin:
-    case Builtin::SeqMax:
-    case Builtin::SeqFirst:
-    case Builtin::SeqLast:
-      if (!arity(e, 1, 1) || !floats())
-        return false;
-      if (e.args[0]->type.domain != Domain::Token &&
-          e.args[0]->type.domain != Domain::Seg) {
-        error(e.args[0]->loc)
-            << what << " reduces a 'token' or 'seg' value to 'seq', but this "
-            << "value has domain '" << domainName(e.args[0]->type.domain)
-            << "'";
-        return false;
-      }
-      e.type = {Domain::Seq, ElemKind::Float};
-      return true;
-    case Builtin::SegSum:
-    case Builtin::SegMean:
-    case Builtin::SegFirst:
-    case Builtin::SegLast:
-      if (!arity(e, 1, 1) || !floats() || !domainUsable(Domain::Seg, e.loc))
-        return false;
-      if (e.args[0]->type.domain != Domain::Token) {
-        error(e.args[0]->loc)
-            << what << " reduces a 'token' value to 'seg', but this value "
-            << "has domain '" << domainName(e.args[0]->type.domain) << "'";
-        return false;
-      }
-      e.type = {Domain::Seg, ElemKind::Float};
-      return true;
-    case Builtin::SegStart:
-    case Builtin::SegEnd:
-      if (!arity(e, 0, 0) || !domainUsable(Domain::Seg, e.loc))
-        return false;
-      e.type = {Domain::Token, ElemKind::Bool};
-      return true;
-    case Builtin::SegLen:
-    case Builtin::SegPos:
-      if (!arity(e, 0, 0) || !domainUsable(Domain::Seg, e.loc))
-        return false;
-      e.type = {Domain::Seg, ElemKind::Float};
-      return true;
-    case Builtin::NumSegs:
-      if (!arity(e, 0, 0) || !domainUsable(Domain::Seg, e.loc))
-        return false;
-      e.type = {Domain::Seq, ElemKind::Float};
-      return true;
-    case Builtin::Rank:
-      if (!arity(e, 1, 1) || !floats() ||
-          !requireTokenValue(*e.args[0], what))
-        return false;
-      e.type = {Domain::Token, ElemKind::Float};
-      return true;
-    case Builtin::TopK:
-      if (!arity(e, 2, 2) || !floats() ||
-          !requireTokenValue(*e.args[0], what) ||
-          !requireCoarse(*e.args[1], what))
-        return false;
-      e.type = {Domain::Token, ElemKind::Bool};
-      return true;
-    case Builtin::After:
-      if (!arity(e, 1, 1) || !requireBool(*e.args[0], what) ||
-          !requireTokenDomain(*e.args[0], what))
-        return false;
-      e.type = {Domain::Token, ElemKind::Bool};
-      return true;
-    case Builtin::Every:
-      if (!arity(e, 1, 1) || !floats() || !requireCoarse(*e.args[0], what))
-        return false;
-      e.type = {Domain::Token, ElemKind::Bool};
-      return true;
-    case Builtin::Nth:
-    case Builtin::Balanced:
-      if (!arity(e, 2, 2) || !requireBool(*e.args[0], what) ||
-          !requireTokenDomain(*e.args[0], what) ||
-          !requireFloat(*e.args[1], what) ||
-          !requireCoarse(*e.args[1], what))
-        return false;
-      e.type = {Domain::Token, ElemKind::Bool};
-      return true;
-    case Builtin::GroupCount:
-      if (!arity(e, 0, 0))
-        return false;
-      e.type = {Domain::Group, ElemKind::Float};
-      return true;
-    case Builtin::GroupSum:
-    case Builtin::GroupMean:
-    case Builtin::GroupMin:
-    case Builtin::GroupMax:
-    case Builtin::GroupVar:
-    case Builtin::GroupStd:
-    case Builtin::GroupVarUnbiased:
-    case Builtin::GroupStdUnbiased:
-    case Builtin::GroupLooMean:
-      if (!arity(e, 1, 1) || !floats())
-        return false;
-      if (e.args[0]->type.domain != Domain::Seq) {
-        error(e.args[0]->loc)
-            << what << " reduces a 'seq' value over its group, but this "
-            << "value has domain '" << domainName(e.args[0]->type.domain)
-            << "'"
-            << (e.args[0]->type.domain == Domain::Token
-                    ? "; reduce it to 'seq' first (e.g. seq_mean)"
-                    : "");
-        return false;
-      }
-      e.type = {*b == Builtin::GroupLooMean ? Domain::Seq : Domain::Group,
-                ElemKind::Float};
-      return true;
-    case Builtin::IsRoot:
-    case Builtin::IsLeaf:
-      if (!arity(e, 0, 0))
-        return false;
-      e.type = {Domain::Node, ElemKind::Bool};
-      return true;
-    case Builtin::NumChildren:
-    case Builtin::SubtreeCount:
-      if (!arity(e, 0, 0))
-        return false;
-      e.type = {Domain::Node, ElemKind::Float};
-      return true;
-    case Builtin::LeafMean:
-    case Builtin::SubtreeMean:
-    case Builtin::SubtreeMax:
-      if (!arity(e, 1, 1) || !floats())
-        return false;
-      if (e.args[0]->type.domain != Domain::Seq &&
-          e.args[0]->type.domain != Domain::Scalar) {
-        error(e.args[0]->loc)
-            << what << " reduces a 'seq' value (one per root-to-leaf path) "
-            << "onto the tree's nodes, but this value has domain '"
-            << domainName(e.args[0]->type.domain) << "'";
-        return false;
-      }
-      e.type = {Domain::Node, ElemKind::Float};
-      return true;
-    case Builtin::ChildMean:
-    case Builtin::TreeMean:
-    case Builtin::Parent:
-      if (!arity(e, 1, *b == Builtin::Parent ? 2 : 1) || !floats())
-        return false;
+    case BuiltinRule::SeqReduce:
+    case BuiltinRule::SegReduce:
+    case BuiltinRule::GroupReduce:
+    case BuiltinRule::PathReduce:
+      return checkReduced(*e.args[0], info.rule, what);
+    case BuiltinRule::Rank:
+      // top_k(x, k) also takes the count k.
+      return requireTokenValue(*e.args[0], what) &&
+             (e.args.size() < 2 || requireCoarse(*e.args[1], what));
+    case BuiltinRule::Segmentation:
+      return checkSegmentation(e, info.id, what);
+    case BuiltinRule::NodeMap:
       for (auto &a : e.args)
-        if (a->type.domain != Domain::Node && a->type.domain != Domain::Scalar) {
+        if (a->type.domain != Domain::Node &&
+            a->type.domain != Domain::Scalar) {
           error(a->loc) << what << " runs over the tree's nodes, but this "
                         << "value has domain '" << domainName(a->type.domain)
                         << "'";
           return false;
         }
-      e.type = {Domain::Node, ElemKind::Float};
       return true;
     }
     return false;
+  }
+
+  static std::vector<Expr *> operands(Expr &e) {
+    std::vector<Expr *> ops;
+    for (auto &a : e.args)
+      ops.push_back(a.get());
+    return ops;
+  }
+
+  bool checkSelect(Expr &e, llvm::StringRef what) {
+    if (!requireBool(*e.args[0], what))
+      return false;
+    if (e.args[1]->type.elem != e.args[2]->type.elem) {
+      error(e.args[2]->loc)
+          << "both branches of 'select' must be numbers or both "
+             "predicates; this is a "
+          << describe(e.args[2]->type) << " and the other a "
+          << describe(e.args[1]->type);
+      return false;
+    }
+    auto d = join(e, operands(e), what);
+    if (!d)
+      return false;
+    e.type = {*d, e.args[1]->type.elem};
+    return true;
+  }
+
+  /// next, prev, scan, rscan, cumsum, rcumsum: the first argument's type,
+  /// which the second (a fill or decay) must broadcast to.
+  bool checkAlongSequence(Expr &e, llvm::StringRef what) {
+    if (!requireSequenceDomain(*e.args[0], what))
+      return false;
+    if (e.args.size() == 2 &&
+        !broadcastsTo(e.args[1]->type.domain, e.args[0]->type.domain)) {
+      error(e.args[1]->loc)
+          << "the second argument of " << what << " has domain '"
+          << domainName(e.args[1]->type.domain)
+          << "', which does not broadcast to the first argument's '"
+          << domainName(e.args[0]->type.domain) << "'";
+      return false;
+    }
+    e.type = e.args[0]->type;
+    return true;
+  }
+
+  /// The argument of a reduction to another domain.
+  bool checkReduced(Expr &arg, BuiltinRule rule, llvm::StringRef what) {
+    Domain d = arg.type.domain;
+    std::string has = "value has domain '" + domainName(d).str() + "'";
+    switch (rule) {
+    case BuiltinRule::SeqReduce:
+      if (d == Domain::Token || d == Domain::Seg)
+        return true;
+      error(arg.loc) << what << " reduces a 'token' or 'seg' value to 'seq', "
+                     << "but this " << has;
+      return false;
+    case BuiltinRule::SegReduce:
+      if (d == Domain::Token)
+        return true;
+      error(arg.loc) << what << " reduces a 'token' value to 'seg', but this "
+                     << has;
+      return false;
+    case BuiltinRule::GroupReduce:
+      if (d == Domain::Seq)
+        return true;
+      error(arg.loc) << what << " reduces a 'seq' value over its group, but "
+                     << "this " << has
+                     << (d == Domain::Token
+                             ? "; reduce it to 'seq' first (e.g. seq_mean)"
+                             : "");
+      return false;
+    case BuiltinRule::PathReduce:
+    default:
+      if (d == Domain::Seq || d == Domain::Scalar)
+        return true;
+      error(arg.loc) << what << " reduces a 'seq' value (one per root-to-leaf "
+                     << "path) onto the tree's nodes, but this " << has;
+      return false;
+    }
+  }
+
+  /// The segmentation rules: every(M) takes a period; after(p), nth(p, n)
+  /// and balanced(p, K) a token predicate, the last two then a count.
+  bool checkSegmentation(Expr &e, Builtin b, llvm::StringRef what) {
+    size_t count = 0;
+    if (b != Builtin::Every) {
+      if (!requireBool(*e.args[0], what) ||
+          !requireTokenDomain(*e.args[0], what))
+        return false;
+      count = 1;
+    }
+    for (size_t i = count; i < e.args.size(); ++i)
+      if (!requireFloat(*e.args[i], what) || !requireCoarse(*e.args[i], what))
+        return false;
+    return true;
   }
 
   bool requireSequenceDomain(Expr &e, llvm::StringRef what) {
@@ -968,13 +765,6 @@ private:
 
 } // namespace
 
-std::optional<Builtin> cac::lookupBuiltin(llvm::StringRef name) {
-  for (const BuiltinInfo &b : kBuiltins)
-    if (name == b.name)
-      return b.id;
-  return std::nullopt;
-}
-
 const char *const cac::kAggregationModes[4] = {
     "token-mean", "seq-mean-token-mean", "seq-mean-token-sum",
     "seq-mean-token-sum-norm"};
@@ -984,10 +774,6 @@ int cac::aggregationCode(llvm::StringRef mode) {
     if (mode == kAggregationModes[i])
       return i;
   return -1;
-}
-
-bool cac::usesGroups(Builtin b) {
-  return b >= Builtin::GroupSum && b <= Builtin::GroupLooMean;
 }
 
 mlir::LogicalResult cac::analyze(Estimator &est, mlir::MLIRContext &context) {

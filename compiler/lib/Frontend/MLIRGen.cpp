@@ -432,6 +432,9 @@ private:
     return builder.create<cir::LengthOp>(l, field(cir::Domain::Seq));
   }
 
+  /// A call of a built-in, as the Lowering column of Builtins.def says: one
+  /// cac op of the kind Op (a reduction to the result's domain D), or the
+  /// generator function lowerOp.
   Value genCall(const Expr &e, Location l) {
     Builtin b = *lookupBuiltin(e.name);
     std::vector<Value> a;
@@ -441,98 +444,110 @@ private:
     if (onSegs)
       if (Value v = genSegCall(b, a, l))
         return v;
-    auto unary = [&](cir::UnaryKind k) {
-      return builder.create<cir::UnaryOp>(l, k, a[0]);
-    };
+#define LOWER_Unary(Op, D)                                                     \
+  builder.create<cir::UnaryOp>(l, cir::UnaryKind::Op, a[0])
+#define LOWER_Binary(Op, D) binary(l, cir::BinaryKind::Op, a[0], a[1])
+#define LOWER_Reduce(Op, D) reduce(l, cir::ReduceKind::Op, a[0], cir::Domain::D)
+#define LOWER_PathReduce(Op, D) pathReduce(l, cir::PathReduceKind::Op, a[0])
+#define LOWER_Special(Op, D) lower##Op(b, a, l)
     switch (b) {
-    case Builtin::Exp:
-      return unary(cir::UnaryKind::Exp);
-    case Builtin::Log:
-      return unary(cir::UnaryKind::Log);
-    case Builtin::Sqrt:
-      return unary(cir::UnaryKind::Sqrt);
-    case Builtin::Abs:
-      return unary(cir::UnaryKind::Abs);
-    case Builtin::Sigmoid:
-      return unary(cir::UnaryKind::Sigmoid);
-    case Builtin::Floor:
-      return unary(cir::UnaryKind::Floor);
-    case Builtin::Ceil:
-      return unary(cir::UnaryKind::Ceil);
-    case Builtin::Rank:
-      return builder.create<cir::RankOp>(l, a[0].getType(), a[0]);
-    case Builtin::TopK:
-      return cmp(l, cir::CmpPredicate::LT,
-                 builder.create<cir::RankOp>(l, a[0].getType(), a[0]), a[1]);
-    case Builtin::Mod:
-      return binary(l, cir::BinaryKind::Mod, a[0], a[1]);
-    case Builtin::Min:
-      return binary(l, cir::BinaryKind::Min, a[0], a[1]);
-    case Builtin::Max:
-      return binary(l, cir::BinaryKind::Max, a[0], a[1]);
-    case Builtin::Pow:
-      return binary(l, cir::BinaryKind::Pow, a[0], a[1]);
-    case Builtin::Clip:
+#define BUILTIN(Id, Name, MinArgs, MaxArgs, Rule, Domain, Elem, Needs,         \
+                Lowering, Op)                                                  \
+  case Builtin::Id:                                                            \
+    return LOWER_##Lowering(Op, Domain);
+#include "cac/DSL/Builtins.def"
+    }
+#undef LOWER_Unary
+#undef LOWER_Binary
+#undef LOWER_Reduce
+#undef LOWER_PathReduce
+#undef LOWER_Special
+    return {};
+  }
+
+  // The built-ins that become several ops (Special in Builtins.def), one
+  // function per family.
+
+  Value lowerClip(Builtin, ArrayRef<Value> a, Location l) {
+    return binary(l, cir::BinaryKind::Max,
+                  binary(l, cir::BinaryKind::Min, a[0], a[2]), a[1]);
+  }
+
+  Value lowerSelect(Builtin, ArrayRef<Value> a, Location l) {
+    return select(l, a[0], a[1], a[2]);
+  }
+
+  Value lowerToFloat(Builtin, ArrayRef<Value> a, Location l) {
+    return builder.create<cir::CastOp>(l, field(typeOf(a[0]).getDomain()),
+                                       a[0]);
+  }
+
+  Value lowerKl(Builtin b, ArrayRef<Value> a, Location l) {
+    // d = logp - logp_ref; k1 = d, k2 = d^2 / 2, k3 = exp(-d) + d - 1 with
+    // verl's clamps (-d to +-20, k3 to +-10).
+    Value d = binary(l, cir::BinaryKind::Sub, a[0], a[1]);
+    if (b == Builtin::KlK1)
+      return d;
+    if (b == Builtin::KlK2)
+      return binary(l, cir::BinaryKind::Mul, constant(l, 0.5),
+                    binary(l, cir::BinaryKind::Mul, d, d));
+    auto clamp = [&](Value x, double c) {
       return binary(l, cir::BinaryKind::Max,
-                    binary(l, cir::BinaryKind::Min, a[0], a[2]), a[1]);
-    case Builtin::Select:
-      return select(l, a[0], a[1], a[2]);
-    case Builtin::Float:
-      return builder.create<cir::CastOp>(l, field(typeOf(a[0]).getDomain()),
-                                         a[0]);
-    case Builtin::StopGrad:
-      return unary(cir::UnaryKind::StopGrad);
-    case Builtin::KlK1:
-    case Builtin::KlK2:
-    case Builtin::KlK3: {
-      // d = logp - logp_ref; k1 = d, k2 = d^2 / 2, k3 = exp(-d) + d - 1 with
-      // verl's clamps (-d to +-20, k3 to +-10).
-      Value d = binary(l, cir::BinaryKind::Sub, a[0], a[1]);
-      if (b == Builtin::KlK1)
-        return d;
-      if (b == Builtin::KlK2)
-        return binary(l, cir::BinaryKind::Mul, constant(l, 0.5),
-                      binary(l, cir::BinaryKind::Mul, d, d));
-      auto clamp = [&](Value x, double c) {
-        return binary(l, cir::BinaryKind::Max,
-                      binary(l, cir::BinaryKind::Min, x, constant(l, c)),
-                      constant(l, -c));
-      };
-      Value m = clamp(builder.create<cir::UnaryOp>(l, cir::UnaryKind::Neg, d),
-                      20.0);
-      Value k3 = binary(
-          l, cir::BinaryKind::Sub,
-          binary(l, cir::BinaryKind::Sub,
-                 builder.create<cir::UnaryOp>(l, cir::UnaryKind::Exp, m), m),
-          constant(l, 1.0));
-      return clamp(k3, 10.0);
-    }
-    case Builtin::Next:
-    case Builtin::Prev: {
-      Value fill = a.size() > 1 ? a[1] : constant(l, 0.0);
-      fill = broadcast(l, fill, typeOf(a[0]).getDomain());
-      return builder.create<cir::ShiftOp>(l, a[0].getType(), a[0],
-                                          b == Builtin::Next ? 1 : -1, fill);
-    }
-    case Builtin::Scan:
-    case Builtin::RScan:
-    case Builtin::CumSum:
-    case Builtin::RCumSum: {
-      bool reverse = b == Builtin::RScan || b == Builtin::RCumSum;
-      Value decay = a.size() > 1 ? a[1] : constant(l, 1.0);
-      decay = broadcast(l, decay, typeOf(a[0]).getDomain());
-      return builder.create<cir::ScanOp>(l, a[0].getType(), a[0], decay,
-                                         reverse);
-    }
+                    binary(l, cir::BinaryKind::Min, x, constant(l, c)),
+                    constant(l, -c));
+    };
+    Value m =
+        clamp(builder.create<cir::UnaryOp>(l, cir::UnaryKind::Neg, d), 20.0);
+    Value k3 = binary(
+        l, cir::BinaryKind::Sub,
+        binary(l, cir::BinaryKind::Sub,
+               builder.create<cir::UnaryOp>(l, cir::UnaryKind::Exp, m), m),
+        constant(l, 1.0));
+    return clamp(k3, 10.0);
+  }
+
+  /// next, prev.
+  Value lowerShift(Builtin b, ArrayRef<Value> a, Location l) {
+    Value fill = a.size() > 1 ? a[1] : constant(l, 0.0);
+    fill = broadcast(l, fill, typeOf(a[0]).getDomain());
+    return builder.create<cir::ShiftOp>(l, a[0].getType(), a[0],
+                                        b == Builtin::Next ? 1 : -1, fill);
+  }
+
+  /// scan, rscan, cumsum, rcumsum.
+  Value lowerScan(Builtin b, ArrayRef<Value> a, Location l) {
+    bool reverse = b == Builtin::RScan || b == Builtin::RCumSum;
+    Value decay = a.size() > 1 ? a[1] : constant(l, 1.0);
+    decay = broadcast(l, decay, typeOf(a[0]).getDomain());
+    return builder.create<cir::ScanOp>(l, a[0].getType(), a[0], decay, reverse);
+  }
+
+  /// pos, is_first, is_last, length.
+  Value lowerPosition(Builtin b, ArrayRef<Value>, Location l) {
+    switch (b) {
     case Builtin::Pos:
       return position(l);
     case Builtin::Length:
       return length(l);
     case Builtin::IsFirst:
       return cmp(l, cir::CmpPredicate::EQ, position(l), constant(l, 0.0));
-    case Builtin::IsLast:
+    default:
       return cmp(l, cir::CmpPredicate::EQ, position(l),
                  binary(l, cir::BinaryKind::Sub, length(l), constant(l, 1.0)));
+    }
+  }
+
+  /// rank(x), top_k(x, k).
+  Value lowerRank(Builtin b, ArrayRef<Value> a, Location l) {
+    if (b == Builtin::Rank)
+      return builder.create<cir::RankOp>(l, a[0].getType(), a[0]);
+    return cmp(l, cir::CmpPredicate::LT,
+               builder.create<cir::RankOp>(l, a[0].getType(), a[0]), a[1]);
+  }
+
+  /// after, every, nth, balanced.
+  Value lowerSegmentation(Builtin b, ArrayRef<Value> a, Location l) {
+    switch (b) {
     case Builtin::After: {
       Value prev = builder.create<cir::ShiftOp>(
           l, field(cir::Domain::Token), toFloat(l, a[0]), -1,
@@ -553,8 +568,14 @@ private:
                         binary(l, cir::BinaryKind::Mod, j, a[1]),
                         constant(l, 0.0)));
     }
-    case Builtin::Balanced:
+    default:
       return balanced(l, a[0], a[1]);
+    }
+  }
+
+  /// seg_start, seg_end, seg_pos, seg_len, num_segs.
+  Value lowerSegStructure(Builtin b, ArrayRef<Value>, Location l) {
+    switch (b) {
     case Builtin::SegStart:
       return segStart;
     case Builtin::SegEnd:
@@ -563,19 +584,48 @@ private:
       return segId;
     case Builtin::SegLen:
       return segSum(l, broadcast(l, constant(l, 1.0), cir::Domain::Token));
-    case Builtin::NumSegs:
+    default:
       return reduce(l, cir::ReduceKind::Sum, toFloat(l, segStart),
                     cir::Domain::Seq);
+    }
+  }
+
+  /// seg_sum, seg_mean, seg_first, seg_last.
+  Value lowerSegReduce(Builtin b, ArrayRef<Value> a, Location l) {
+    switch (b) {
     case Builtin::SegSum:
       return segSum(l, a[0]);
     case Builtin::SegMean:
-      return binary(l, cir::BinaryKind::Div, segSum(l, a[0]),
-                    segSum(l, broadcast(l, constant(l, 1.0),
-                                        cir::Domain::Token)));
+      return binary(
+          l, cir::BinaryKind::Div, segSum(l, a[0]),
+          segSum(l, broadcast(l, constant(l, 1.0), cir::Domain::Token)));
     case Builtin::SegFirst:
       return segScan(l, a[0], constant(l, 0.0), false);
-    case Builtin::SegLast:
+    default:
       return segScan(l, a[0], constant(l, 0.0), true);
+    }
+  }
+
+  Value lowerGroupCount(Builtin, ArrayRef<Value>, Location l) {
+    return groupCount(l);
+  }
+
+  Value lowerGroupLooMean(Builtin, ArrayRef<Value> a, Location l) {
+    // (sum of the group - own value) / (count - 1), and 0 for a group of
+    // one sequence.
+    Value sum = reduce(l, cir::ReduceKind::Sum, a[0], cir::Domain::Group);
+    Value n = groupCount(l, a[0]);
+    Value others = binary(l, cir::BinaryKind::Sub, n, constant(l, 1.0));
+    Value mean = binary(
+        l, cir::BinaryKind::Div, binary(l, cir::BinaryKind::Sub, sum, a[0]),
+        binary(l, cir::BinaryKind::Max, others, constant(l, 1.0)));
+    return select(l, cmp(l, cir::CmpPredicate::GT, others, constant(l, 0.0)),
+                  mean, constant(l, 0.0));
+  }
+
+  /// is_root, is_leaf, num_children, subtree_count.
+  Value lowerTreeStructure(Builtin b, ArrayRef<Value>, Location l) {
+    switch (b) {
     case Builtin::IsRoot: {
       Value one = broadcast(l, constant(l, 1.0), cir::Domain::Node);
       Value zero = broadcast(l, constant(l, 0.0), cir::Domain::Node);
@@ -587,74 +637,21 @@ private:
       return cmp(l, cir::CmpPredicate::EQ, numChildren(l), constant(l, 0.0));
     case Builtin::NumChildren:
       return numChildren(l);
-    case Builtin::LeafMean:
-      return pathReduce(l, cir::PathReduceKind::LeafMean, a[0]);
-    case Builtin::SubtreeMean:
-      return pathReduce(l, cir::PathReduceKind::SubtreeMean, a[0]);
-    case Builtin::SubtreeMax:
-      return pathReduce(l, cir::PathReduceKind::SubtreeMax, a[0]);
-    case Builtin::SubtreeCount:
+    default:
       return pathReduce(l, cir::PathReduceKind::SubtreeSum, constant(l, 1.0));
-    case Builtin::ChildMean: {
-      Value v = broadcast(l, a[0], cir::Domain::Node);
+    }
+  }
+
+  /// child_mean, tree_mean, parent.
+  Value lowerNodeMap(Builtin b, ArrayRef<Value> a, Location l) {
+    Value v = broadcast(l, a[0], cir::Domain::Node);
+    if (b == Builtin::ChildMean)
       return builder.create<cir::ChildMeanOp>(l, v.getType(), v);
-    }
-    case Builtin::TreeMean: {
-      Value v = broadcast(l, a[0], cir::Domain::Node);
-      return builder.create<cir::TreeMeanOp>(l, v.getType(), v,
-                                             numChildren(l));
-    }
-    case Builtin::Parent: {
-      Value v = broadcast(l, a[0], cir::Domain::Node);
-      Value fill = broadcast(l, a.size() > 1 ? a[1] : constant(l, 0.0),
-                             cir::Domain::Node);
-      return builder.create<cir::ParentOp>(l, v.getType(), v, fill);
-    }
-    case Builtin::SeqSum:
-      return reduce(l, cir::ReduceKind::Sum, a[0], cir::Domain::Seq);
-    case Builtin::SeqMean:
-      return reduce(l, cir::ReduceKind::Mean, a[0], cir::Domain::Seq);
-    case Builtin::SeqMin:
-      return reduce(l, cir::ReduceKind::Min, a[0], cir::Domain::Seq);
-    case Builtin::SeqMax:
-      return reduce(l, cir::ReduceKind::Max, a[0], cir::Domain::Seq);
-    case Builtin::SeqFirst:
-      return reduce(l, cir::ReduceKind::First, a[0], cir::Domain::Seq);
-    case Builtin::SeqLast:
-      return reduce(l, cir::ReduceKind::Last, a[0], cir::Domain::Seq);
-    case Builtin::GroupSum:
-      return reduce(l, cir::ReduceKind::Sum, a[0], cir::Domain::Group);
-    case Builtin::GroupMean:
-      return reduce(l, cir::ReduceKind::Mean, a[0], cir::Domain::Group);
-    case Builtin::GroupMin:
-      return reduce(l, cir::ReduceKind::Min, a[0], cir::Domain::Group);
-    case Builtin::GroupMax:
-      return reduce(l, cir::ReduceKind::Max, a[0], cir::Domain::Group);
-    case Builtin::GroupVar:
-      return reduce(l, cir::ReduceKind::Var, a[0], cir::Domain::Group);
-    case Builtin::GroupStd:
-      return reduce(l, cir::ReduceKind::Std, a[0], cir::Domain::Group);
-    case Builtin::GroupVarUnbiased:
-      return reduce(l, cir::ReduceKind::VarUnbiased, a[0], cir::Domain::Group);
-    case Builtin::GroupStdUnbiased:
-      return reduce(l, cir::ReduceKind::StdUnbiased, a[0], cir::Domain::Group);
-    case Builtin::GroupCount:
-      return groupCount(l);
-    case Builtin::GroupLooMean: {
-      // (sum of the group - own value) / (count - 1), and 0 for a group of
-      // one sequence.
-      Value sum = reduce(l, cir::ReduceKind::Sum, a[0], cir::Domain::Group);
-      Value n = groupCount(l, a[0]);
-      Value others = binary(l, cir::BinaryKind::Sub, n, constant(l, 1.0));
-      Value mean = binary(l, cir::BinaryKind::Div,
-                          binary(l, cir::BinaryKind::Sub, sum, a[0]),
-                          binary(l, cir::BinaryKind::Max, others,
-                                 constant(l, 1.0)));
-      return select(l, cmp(l, cir::CmpPredicate::GT, others, constant(l, 0.0)),
-                    mean, constant(l, 0.0));
-    }
-    }
-    return {};
+    if (b == Builtin::TreeMean)
+      return builder.create<cir::TreeMeanOp>(l, v.getType(), v, numChildren(l));
+    Value fill =
+        broadcast(l, a.size() > 1 ? a[1] : constant(l, 0.0), cir::Domain::Node);
+    return builder.create<cir::ParentOp>(l, v.getType(), v, fill);
   }
 
   /// Sum over each segment, on every token of the segment: a running sum

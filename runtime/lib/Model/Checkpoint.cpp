@@ -1,7 +1,7 @@
 //===- Checkpoint.cpp - Resumable training checkpoints --------------------===//
 
 #include "cac/Runtime/Model/Checkpoint.h"
-#include "cac/Runtime/Model/FileUtil.h"
+#include "cac/Runtime/Support/FileUtil.h"
 #include "cac/Runtime/Model/ModelIO.h"
 #include "cac/Runtime/Model/Safetensors.h"
 

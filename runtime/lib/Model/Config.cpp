@@ -1,7 +1,7 @@
 //===- Config.cpp - Transformer configuration (HF config.json) ------------===//
 
 #include "cac/Runtime/Model/Config.h"
-#include "cac/Runtime/Model/FileUtil.h"
+#include "cac/Runtime/Support/FileUtil.h"
 
 #include <stdexcept>
 

@@ -1,7 +1,7 @@
 //===- ModelIO.cpp - Loading and saving Hugging Face model folders --------===//
 
 #include "cac/Runtime/Model/ModelIO.h"
-#include "cac/Runtime/Model/FileUtil.h"
+#include "cac/Runtime/Support/FileUtil.h"
 
 #include <nlohmann/json.hpp>
 

@@ -1,7 +1,7 @@
 //===- Safetensors.cpp - Reading and writing .safetensors files -----------===//
 
 #include "cac/Runtime/Model/Safetensors.h"
-#include "cac/Runtime/Model/FileUtil.h"
+#include "cac/Runtime/Support/FileUtil.h"
 
 #include <c10/core/GradMode.h>
 #include <nlohmann/json.hpp>

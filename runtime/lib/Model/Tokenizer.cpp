@@ -1,7 +1,7 @@
 //===- Tokenizer.cpp - Character and byte-level BPE tokenizers ------------===//
 
 #include "cac/Runtime/Model/Tokenizer.h"
-#include "cac/Runtime/Model/FileUtil.h"
+#include "cac/Runtime/Support/FileUtil.h"
 
 #include <algorithm>
 #include <array>

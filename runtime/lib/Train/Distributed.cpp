@@ -1,6 +1,7 @@
 //===- Distributed.cpp - Data-parallel workers of cac-run -----------------===//
 
 #include "cac/Runtime/Train/Distributed.h"
+#include "cac/Runtime/Support/Random.h"
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/version.h>
@@ -217,13 +218,6 @@ void Communicator::barrier() {
 
 std::pair<int64_t, int64_t> shardRange(int64_t n, int rank, int world) {
   return {n * rank / world, n * (rank + 1) / world};
-}
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
 }
 
 float rolloutUniform(uint64_t seed, int64_t step, int64_t prompt,

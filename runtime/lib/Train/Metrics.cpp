@@ -2,7 +2,7 @@
 
 #include "cac/Runtime/Train/Metrics.h"
 
-#include "cac/Runtime/Model/FileUtil.h"
+#include "cac/Runtime/Support/FileUtil.h"
 
 #include <algorithm>
 #include <cmath>

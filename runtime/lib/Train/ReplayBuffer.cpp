@@ -2,7 +2,7 @@
 
 #include "cac/Runtime/Train/ReplayBuffer.h"
 
-#include "cac/Runtime/Train/Distributed.h"
+#include "cac/Runtime/Support/Random.h"
 
 #include <algorithm>
 #include <map>

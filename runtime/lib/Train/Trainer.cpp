@@ -6,10 +6,10 @@
 #include "cac/Runtime/Model/Checkpoint.h"
 #include "cac/Runtime/Model/CpuKernels.h"
 #include "cac/Runtime/Model/Config.h"
-#include "cac/Runtime/Model/FileUtil.h"
+#include "cac/Runtime/Support/FileUtil.h"
 #include "cac/Runtime/Model/Generation.h"
 #include "cac/Runtime/Model/ModelIO.h"
-#include "cac/Runtime/Model/Tasks.h"
+#include "cac/Runtime/Tasks/Tasks.h"
 #include "cac/Runtime/Model/Tokenizer.h"
 #include "cac/Runtime/Model/Transformer.h"
 #include "cac/Runtime/Train/Distributed.h"
@@ -18,8 +18,8 @@
 #include "cac/Runtime/Train/Objective.h"
 #include "cac/Runtime/Train/ReplayBuffer.h"
 #include "cac/Runtime/Train/Rollouts.h"
-#include "cac/Runtime/Train/RewardCommand.h"
-#include "cac/Runtime/Train/TwoOperandTask.h"
+#include "cac/Runtime/Tasks/RewardCommand.h"
+#include "cac/Runtime/Tasks/TwoOperandTask.h"
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/cuda.h>

@@ -587,10 +587,13 @@ TEST_F(DistributedTest, ACrashPrintsItsStack) {
   src.replace(at, 10, "steps = 100000");
   std::ofstream(file) << src;
   std::string err;
-  // The run takes minutes; it is stopped one second in.
+  // The run takes minutes; it is stopped once it has made its output folder
+  // (its crash reporter is installed first thing), however busy the machine.
+  std::string out = (dir_ / "o").string();
   int rc = shell(std::string(CAC_TEST_CAC_RUN) + " " + file.string() +
-                     " --no-progress --out " + (dir_ / "o").string() +
-                     " & p=$!; sleep 1; kill -SEGV $p; wait $p; exit $?",
+                     " --no-progress --out " + out + " & p=$!; while kill -0 $p"
+                     " 2>/dev/null && [ ! -d " + out + " ]; do sleep 0.05;"
+                     " done; kill -SEGV $p; wait $p; exit $?",
                  &err);
   EXPECT_EQ(rc, 128 + SIGSEGV) << err;
   EXPECT_NE(err.find("cac-run: crashed (segmentation fault); this is a bug in "

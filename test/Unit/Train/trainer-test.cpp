@@ -9,7 +9,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cac/Runtime/Model/ModelIO.h"
-#include "cac/Runtime/Model/Tasks.h"
+#include "cac/Runtime/Tasks/Tasks.h"
 #include "cac/Runtime/Train/Trainer.h"
 
 #include <gtest/gtest.h>

@@ -88,10 +88,6 @@ private:
 /// n*(rank+1)/world), contiguous and as even as can be.
 std::pair<int64_t, int64_t> shardRange(int64_t n, int rank, int world);
 
-/// splitmix64's mixing of \p x: the hash rolloutUniform and the replay
-/// buffer's choice are built from.
-uint64_t splitmix64(uint64_t x);
-
 /// The sampling uniform in [0, 1) of response token \p tokenIndex of stream
 /// \p stream of prompt \p prompt (its index in the step's global batch) at
 /// RL step \p step: a hash of the five numbers (splitmix64), so that a

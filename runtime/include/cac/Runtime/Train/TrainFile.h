@@ -25,7 +25,7 @@
 #ifndef CAC_RUNTIME_TRAIN_TRAINFILE_H
 #define CAC_RUNTIME_TRAIN_TRAINFILE_H
 
-#include "cac/Runtime/Model/Tasks.h"
+#include "cac/Runtime/Tasks/Tasks.h"
 #include "cac/Runtime/Train/Diagnostics.h"
 
 #include <cstdint>

@@ -1,6 +1,6 @@
 //===- RewardCommand.cpp - A reward computed by an external program -------===//
 
-#include "cac/Runtime/Train/RewardCommand.h"
+#include "cac/Runtime/Tasks/RewardCommand.h"
 
 #include <nlohmann/json.hpp>
 
@@ -22,7 +22,7 @@
 
 extern char **environ;
 
-namespace cac::rt::train {
+namespace cac::rt {
 
 namespace {
 
@@ -249,4 +249,4 @@ double RewardCommand::score(std::string_view prompt,
   return *v;
 }
 
-} // namespace cac::rt::train
+} // namespace cac::rt

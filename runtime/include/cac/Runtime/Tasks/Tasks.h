@@ -6,8 +6,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef CAC_RUNTIME_MODEL_TASKS_H
-#define CAC_RUNTIME_MODEL_TASKS_H
+#ifndef CAC_RUNTIME_TASKS_TASKS_H
+#define CAC_RUNTIME_TASKS_TASKS_H
 
 #include <cstdint>
 #include <filesystem>
@@ -140,4 +140,4 @@ double matchReward(const Problem &problem, std::string_view completion);
 
 } // namespace cac::rt
 
-#endif // CAC_RUNTIME_MODEL_TASKS_H
+#endif // CAC_RUNTIME_TASKS_TASKS_H

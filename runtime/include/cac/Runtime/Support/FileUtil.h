@@ -7,8 +7,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef CAC_RUNTIME_MODEL_FILEUTIL_H
-#define CAC_RUNTIME_MODEL_FILEUTIL_H
+#ifndef CAC_RUNTIME_SUPPORT_FILEUTIL_H
+#define CAC_RUNTIME_SUPPORT_FILEUTIL_H
 
 #include <cstddef>
 #include <cstdint>
@@ -94,4 +94,4 @@ private:
 
 } // namespace cac::rt
 
-#endif // CAC_RUNTIME_MODEL_FILEUTIL_H
+#endif // CAC_RUNTIME_SUPPORT_FILEUTIL_H

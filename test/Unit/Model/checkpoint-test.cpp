@@ -3,7 +3,7 @@
 #include "test-util.h"
 
 #include "cac/Runtime/Model/Checkpoint.h"
-#include "cac/Runtime/Model/FileUtil.h"
+#include "cac/Runtime/Support/FileUtil.h"
 #include "cac/Runtime/Model/Generation.h"
 
 #include <nlohmann/json.hpp>

@@ -1,13 +1,12 @@
 //===- two-operand-task-test.cpp - arith(digits = D, ops = "..") ----------===//
 
-#include "cac/Runtime/Train/TwoOperandTask.h"
+#include "cac/Runtime/Tasks/TwoOperandTask.h"
 
 #include <gtest/gtest.h>
 
 #include <set>
 
 using namespace cac::rt;
-using namespace cac::rt::train;
 
 namespace {
 

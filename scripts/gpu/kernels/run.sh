@@ -24,7 +24,7 @@ export PATH=/usr/local/cuda/bin:$PATH
 build=${BUILD:-/tmp/cac-kernels-gpu}
 bundles=""
 [ -d .gpu-deps/stdlib-bundles ] && bundles=$PWD/.gpu-deps/stdlib-bundles
-cmake -S test/Unit/Kernels/gpu-check -B "$build" -G Ninja \
+cmake -S scripts/gpu/kernels -B "$build" -G Ninja \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DCAC_GPU_DEPS="$PWD/.gpu-deps" \
   -DCAC_TEST_STDLIB_BUNDLES="$bundles" \
   ${prefix:+-DCMAKE_PREFIX_PATH="$prefix"} -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \

@@ -1,21 +1,15 @@
 //===- TwoOperandTask.cpp - a+b / a-b / a*b with D-digit operands ---------===//
 
-#include "cac/Runtime/Train/TwoOperandTask.h"
+#include "cac/Runtime/Tasks/TwoOperandTask.h"
+#include "cac/Runtime/Support/Random.h"
 
 #include <stdexcept>
 #include <unordered_set>
 #include <utility>
 
-namespace cac::rt::train {
+namespace cac::rt {
 
 namespace {
-
-uint64_t splitmix(uint64_t &state) {
-  uint64_t z = (state += 0x9e3779b97f4a7c15ULL);
-  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-  return z ^ (z >> 31);
-}
 
 ArithmeticTask makeSplitter(double evalFraction) {
   ArithmeticTask::Options o;
@@ -42,12 +36,12 @@ TwoOperandTask::TwoOperandTask(uint64_t seed, int digits, std::string ops,
 Problem TwoOperandTask::problem(Split split, uint64_t index) const {
   uint64_t state =
       seed_ ^ (split == Split::Eval ? 0x5EEDE7A1ULL : 0x5EED7A1ULL);
-  splitmix(state);
+  splitmixNext(state);
   state ^= index;
   for (int attempt = 0; attempt < 100000; ++attempt) {
-    int64_t a = static_cast<int64_t>(splitmix(state) % limit_);
-    int64_t b = static_cast<int64_t>(splitmix(state) % limit_);
-    char op = ops_[splitmix(state) % ops_.size()];
+    int64_t a = static_cast<int64_t>(splitmixNext(state) % limit_);
+    int64_t b = static_cast<int64_t>(splitmixNext(state) % limit_);
+    char op = ops_[splitmixNext(state) % ops_.size()];
     if (op == '-' && a < b)
       std::swap(a, b);
     Problem p;
@@ -61,7 +55,7 @@ Problem TwoOperandTask::problem(Split split, uint64_t index) const {
     // which problems a stream holds.
     if (steps_ > 0.0) {
       uint64_t h = state ^ 0x57E95ULL;
-      double u = static_cast<double>(splitmix(h) >> 11) * 0x1.0p-53;
+      double u = static_cast<double>(splitmixNext(h) >> 11) * 0x1.0p-53;
       if (u < steps_)
         p.solution = steppedSolution(a, op, b);
     }
@@ -104,4 +98,4 @@ std::vector<Problem> TwoOperandTask::evalSet(size_t n) const {
   return out;
 }
 
-} // namespace cac::rt::train
+} // namespace cac::rt

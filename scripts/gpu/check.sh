@@ -3,11 +3,11 @@
 # (CUDA, CMake, Ninja and a CUDA PyTorch there; no MLIR, no network).
 #
 # Here, on the development machine (it has the compiler):
-#   test/Unit/Kernels/gpu-check/stage.sh     # stdlib bundles, bench bundles,
+#   scripts/gpu/stage.sh     # stdlib bundles, bench bundles,
 #                                            # GoogleTest and nlohmann-json
 #                                            # into .gpu-deps/ (git-ignored)
 # Then on the GPU machine, from the repository root, carrying .gpu-deps:
-#   scripts/gpu-check.sh [tests] [bench] [train]    (all three by default)
+#   scripts/gpu/check.sh [tests] [bench] [train]    (all three by default)
 #     tests  the runtime's kernel tests, CUDA ones included: every stdlib
 #            bundle's PTX against its host.so (StdlibBundle.
 #            EveryMethodCudaMatchesCpu), raw launches, mixed devices
@@ -17,7 +17,7 @@
 #     train  cac-run built against that LibTorch: ten tiny files' first RL
 #            step on the CPU and on the GPU (same metrics), an SFT + RL run
 #            and --resume on the GPU, and `--gpus 1` (c10d ProcessGroupNCCL)
-#            against it (runtime/tools/cac-run/gpu-check/run.sh; `nccl` is
+#            against it (scripts/gpu/cac-run/run.sh; `nccl` is
 #            another name for this step)
 #     main   the embedded default (examples/arith/train.cac) trained on the
 #            GPU: accuracy before and after RL, time per phase (not run by
@@ -29,10 +29,10 @@
 # tool's 10-minute command limit on 16 cores; run them in separate calls if
 # the builds are cold.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 export OUT=${OUT:-/tmp/cac-gpu-check}
 mkdir -p "$OUT"
-[ -d .gpu-deps ] || { echo "no .gpu-deps: run test/Unit/Kernels/gpu-check/stage.sh where the compiler is, and carry .gpu-deps"; exit 1; }
+[ -d .gpu-deps ] || { echo "no .gpu-deps: run scripts/gpu/stage.sh where the compiler is, and carry .gpu-deps"; exit 1; }
 steps=("$@")
 [ ${#steps[@]} = 0 ] && steps=(tests bench train)
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
@@ -40,14 +40,14 @@ status=0
 for s in "${steps[@]}"; do
   echo "== $s ($(date -u +%H:%M:%S))"
   case $s in
-  tests) test/Unit/Kernels/gpu-check/run.sh || status=1 ;;
+  tests) scripts/gpu/kernels/run.sh || status=1 ;;
   bench) # BENCH_ARGS replaces the shapes and methods.
-    test/Unit/Kernels/gpu-check/run.sh --bench ${BENCH_ARGS:---shapes 4096x4096,2048x8192,1024x4096,256x8192,256x4096,8x64 \
+    scripts/gpu/kernels/run.sh --bench ${BENCH_ARGS:---shapes 4096x4096,2048x8192,1024x4096,256x8192,256x4096,8x64 \
       --methods gae,sae,grpo,gae_dense,rloo,spo_chain,sapo,treeadv,spo_tree} \
       --iters 30 || status=1 ;;
-  train | nccl) runtime/tools/cac-run/gpu-check/run.sh || status=1 ;;
-  main) runtime/tools/cac-run/gpu-check/run.sh main || status=1 ;;
-  gen) runtime/tools/cac-run/gpu-check/run.sh gen || status=1 ;;
+  train | nccl) scripts/gpu/cac-run/run.sh || status=1 ;;
+  main) scripts/gpu/cac-run/run.sh main || status=1 ;;
+  gen) scripts/gpu/cac-run/run.sh gen || status=1 ;;
   *) echo "unknown step '$s' (tests, bench, train, main, gen)"; status=2 ;;
   esac
 done

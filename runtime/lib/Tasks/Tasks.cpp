@@ -1,6 +1,7 @@
 //===- Tasks.cpp - Tasks with verifiable rewards --------------------------===//
 
-#include "cac/Runtime/Model/Tasks.h"
+#include "cac/Runtime/Tasks/Tasks.h"
+#include "cac/Runtime/Support/Random.h"
 
 #include <nlohmann/json.hpp>
 
@@ -57,13 +58,6 @@ std::optional<long double> parseNumber(std::string_view s) {
 // Deterministic randomness
 //===----------------------------------------------------------------------===//
 
-uint64_t splitmix(uint64_t &state) {
-  uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
-}
-
 uint64_t fnv1a(std::string_view s) {
   uint64_t h = 0xCBF29CE484222325ULL;
   for (char c : s) {
@@ -75,7 +69,7 @@ uint64_t fnv1a(std::string_view s) {
 
 struct Rng {
   uint64_t state;
-  uint64_t next() { return splitmix(state); }
+  uint64_t next() { return splitmixNext(state); }
   /// Uniform in [lo, hi].
   int64_t range(int64_t lo, int64_t hi) {
     return lo + static_cast<int64_t>(next() % static_cast<uint64_t>(hi - lo + 1));
@@ -312,16 +306,16 @@ ArithmeticTask::ArithmeticTask(Options options) : options_(options) {
 
 bool ArithmeticTask::isEvalPrompt(std::string_view prompt) const {
   uint64_t h = fnv1a(prompt);
-  uint64_t mixed = splitmix(h);
+  uint64_t mixed = splitmixNext(h);
   return static_cast<double>(mixed % 1'000'000) <
          options_.evalFraction * 1'000'000.0;
 }
 
 Problem ArithmeticTask::problem(Split split, uint64_t index) const {
   uint64_t state = options_.seed;
-  state = splitmix(state) ^ (split == Split::Eval ? 0xE7A1ULL : 0x7A1ULL);
-  state = splitmix(state) ^ index;
-  Rng rng{splitmix(state)};
+  state = splitmixNext(state) ^ (split == Split::Eval ? 0xE7A1ULL : 0x7A1ULL);
+  state = splitmixNext(state) ^ index;
+  Rng rng{splitmixNext(state)};
   for (int attempt = 0; attempt < 100000; ++attempt) {
     int level =
         static_cast<int>(rng.range(options_.minLevel, options_.maxLevel));

@@ -13,8 +13,8 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef CAC_RUNTIME_TRAIN_REWARDCOMMAND_H
-#define CAC_RUNTIME_TRAIN_REWARDCOMMAND_H
+#ifndef CAC_RUNTIME_TASKS_REWARDCOMMAND_H
+#define CAC_RUNTIME_TASKS_REWARDCOMMAND_H
 
 #include <sys/types.h>
 
@@ -23,7 +23,7 @@
 #include <string>
 #include <string_view>
 
-namespace cac::rt::train {
+namespace cac::rt {
 
 class RewardCommand {
 public:
@@ -61,6 +61,6 @@ private:
   bool failed_ = false;
 };
 
-} // namespace cac::rt::train
+} // namespace cac::rt
 
-#endif // CAC_RUNTIME_TRAIN_REWARDCOMMAND_H
+#endif // CAC_RUNTIME_TASKS_REWARDCOMMAND_H

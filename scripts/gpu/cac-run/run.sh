@@ -1,7 +1,7 @@
 #!/bin/bash
 # The training loop on a GPU, for a machine with CUDA and a CUDA LibTorch
 # (pip's torch) but no MLIR. From the repository root, with .gpu-deps/ from
-# test/Unit/Kernels/gpu-check/stage.sh (the compiled stdlib bundles):
+# scripts/gpu/stage.sh (the compiled stdlib bundles):
 #
 #   1. builds cac-run against the LibTorch of `python3` (CAC_RUN=PATH skips
 #      the build and uses that binary);
@@ -39,7 +39,7 @@ device=${DEVICE:-cuda}
 deps=${CAC_GPU_DEPS:-$PWD/.gpu-deps}
 bundles=$deps/stdlib-bundles
 [ -f "$bundles/grpo/manifest.json" ] ||
-  { echo "no $bundles: run test/Unit/Kernels/gpu-check/stage.sh on a machine with the compiler"; exit 1; }
+  { echo "no $bundles: run scripts/gpu/stage.sh on a machine with the compiler"; exit 1; }
 if [ -n "${CAC_RUN:-}" ]; then
   run=$CAC_RUN
 else
@@ -49,7 +49,7 @@ else
   torchlib=${TORCH_LIB-$(dirname "$($py -c "import torch; print(torch.__file__)")")/lib}
   export PATH=/usr/local/cuda/bin:$PATH
   build=${BUILD:-/tmp/cac-run-gpu}
-  cmake -S runtime/tools/cac-run/gpu-check -B "$build" -G Ninja \
+  cmake -S scripts/gpu/cac-run -B "$build" -G Ninja \
     -DCMAKE_BUILD_TYPE=Release -DCAC_GPU_DEPS="$deps" \
     ${prefix:+-DCMAKE_PREFIX_PATH="$prefix"} >"$out/configure.log" 2>&1 ||
     { tail -60 "$out/configure.log"; exit 1; }

@@ -7,7 +7,7 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "cac/Runtime/Train/RewardCommand.h"
+#include "cac/Runtime/Tasks/RewardCommand.h"
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
@@ -15,7 +15,7 @@
 #include <fstream>
 #include <unistd.h>
 
-using namespace cac::rt::train;
+using namespace cac::rt;
 namespace fs = std::filesystem;
 
 namespace {

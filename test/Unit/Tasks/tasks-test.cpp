@@ -1,8 +1,8 @@
 //===- tasks-test.cpp - Tasks with verifiable rewards ---------------------===//
 
-#include "test-util.h"
+#include "../Model/test-util.h"
 
-#include "cac/Runtime/Model/Tasks.h"
+#include "cac/Runtime/Tasks/Tasks.h"
 #include "cac/Runtime/Model/Tokenizer.h"
 
 #include <set>

@@ -16,17 +16,17 @@
 //
 //===----------------------------------------------------------------------===//
 
-#ifndef CAC_RUNTIME_TRAIN_TWOOPERANDTASK_H
-#define CAC_RUNTIME_TRAIN_TWOOPERANDTASK_H
+#ifndef CAC_RUNTIME_TASKS_TWOOPERANDTASK_H
+#define CAC_RUNTIME_TASKS_TWOOPERANDTASK_H
 
-#include "cac/Runtime/Model/Tasks.h"
+#include "cac/Runtime/Tasks/Tasks.h"
 
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
 
-namespace cac::rt::train {
+namespace cac::rt {
 
 class TwoOperandTask {
 public:
@@ -55,6 +55,6 @@ private:
   ArithmeticTask splitter_;
 };
 
-} // namespace cac::rt::train
+} // namespace cac::rt
 
-#endif // CAC_RUNTIME_TRAIN_TWOOPERANDTASK_H
+#endif // CAC_RUNTIME_TASKS_TWOOPERANDTASK_H

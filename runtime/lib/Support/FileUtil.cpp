@@ -1,6 +1,6 @@
 //===- FileUtil.cpp - Durable, atomic file and directory writes -----------===//
 
-#include "cac/Runtime/Model/FileUtil.h"
+#include "cac/Runtime/Support/FileUtil.h"
 
 #include <cerrno>
 #include <cstdio>

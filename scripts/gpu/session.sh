@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Every GPU check in one device call, inside a time budget (a session is lent
 # a GPU for minutes, not hours). On the GPU machine, from the repository root,
-# carrying .gpu-deps (test/Unit/Kernels/gpu-check/stage.sh makes it here):
+# carrying .gpu-deps (scripts/gpu/stage.sh makes it here):
 #
-#   BUDGET=540 scripts/gpu-session.sh [STEP ...]
+#   BUDGET=540 scripts/gpu/session.sh [STEP ...]
 #
 # builds the two standalone projects at once (the runtime's kernel tests and
 # GPU benchmark; cac-run and the generation benchmark), then runs the steps
-# of scripts/gpu-check.sh in the order given (default: tests train main bench
+# of scripts/gpu/check.sh in the order given (default: tests train main bench
 # gen), each cut off at what is left of BUDGET seconds, and packs every log
 # into $OUT/logs.tgz (the device tool returns only a few files) with the
 # tables (bench-gpu.md, generation-cuda.md) and summary.txt beside it. A step
@@ -15,7 +15,7 @@
 # only if every step ran and passed. DEVICE=cpu NCCL=0, with a python3 on PATH
 # that names a CPU LibTorch, checks the script on a machine without a GPU.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 budget=${BUDGET:-540}
 final=${OUT:-/tmp/cac-gpu-session}
 mkdir -p "$final"
@@ -45,10 +45,10 @@ note "torch $($py -c 'import torch; print(torch.__version__)'), $(nproc) cores, 
 # Both builds at once (16 cores, and the second project is the larger), by
 # the scripts the steps call, so that the steps find them built.
 mkdir -p "$OUT/prebuild-train" "$OUT/prebuild-kernels"
-OUT=$OUT/prebuild-train BUILD_ONLY=1 runtime/tools/cac-run/gpu-check/run.sh \
+OUT=$OUT/prebuild-train BUILD_ONLY=1 scripts/gpu/cac-run/run.sh \
   >"$OUT/prebuild-train.log" 2>&1 &
 pretrain=$!
-OUT=$OUT/prebuild-kernels BUILD_ONLY=1 test/Unit/Kernels/gpu-check/run.sh \
+OUT=$OUT/prebuild-kernels BUILD_ONLY=1 scripts/gpu/kernels/run.sh \
   >"$OUT/prebuild-kernels.log" 2>&1
 kernels_built=$?
 note "kernels build: rc $kernels_built at ${SECONDS}s"
@@ -88,7 +88,7 @@ for s in "${steps[@]}"; do
     rc=${PIPESTATUS[0]}
     ;;
   *)
-    timeout "$t" scripts/gpu-check.sh "$s"
+    timeout "$t" scripts/gpu/check.sh "$s"
     rc=$?
     ;;
   esac
