@@ -1,0 +1,143 @@
+//===- Models.cpp - The policy, reference, critic and optimizer -----------===//
+
+#include "Phases.h"
+
+#include "cac/Runtime/Model/Config.h"
+#include "cac/Runtime/Model/ModelIO.h"
+
+#include <torch/nn/utils/clip_grad.h>
+
+#include <cmath>
+
+namespace cac::rt::train {
+
+namespace {
+
+ModelConfig builtinConfig(const Tokenizer &tokenizer, const ModelSpec &m) {
+  ModelConfig c;
+  c.modelType = "llama";
+  c.vocabSize = tokenizer.vocabSize();
+  c.hiddenSize = m.hidden;
+  c.intermediateSize = m.ffn;
+  c.numHiddenLayers = m.layers;
+  c.numAttentionHeads = m.heads;
+  c.numKeyValueHeads = m.kvHeads;
+  c.maxPositionEmbeddings = m.maxPositions;
+  c.rmsNormEps = 1e-5;
+  c.tieWordEmbeddings = true;
+  c.bosTokenId = tokenizer.bosId();
+  if (tokenizer.eosId())
+    c.eosTokenIds = {*tokenizer.eosId()};
+  c.padTokenId = tokenizer.padId();
+  c.validate("builtin model");
+  return c;
+}
+
+/// A fresh copy of \p m's architecture on \p device (weights are loaded
+/// later).
+TransformerLM cloneArchitecture(const TransformerLM &m, at::Device device) {
+  TransformerLM c(m->config(), m->hasValueHead());
+  c->to(device);
+  return c;
+}
+
+void copyWeights(TransformerLM &to, const TransformerLM &from) {
+  torch::NoGradGuard ng;
+  auto src = from->named_parameters();
+  for (auto &p : to->named_parameters())
+    p.value().copy_(src[p.key()]);
+}
+
+std::vector<at::Tensor> trainableParameters(const ModelSet &m) {
+  std::vector<at::Tensor> ps = m.policy->parameters();
+  if (m.rlOptimizer && m.critic)
+    for (auto &p : m.critic->parameters())
+      ps.push_back(p);
+  return ps;
+}
+
+} // namespace
+
+TransformerLM makeModel(const TaskSource &task, const ModelSpec &m,
+                        bool valueHead) {
+  if (m.kind == ModelSpec::Kind::Builtin)
+    return TransformerLM(builtinConfig(*task.tokenizer, m), valueHead);
+  LoadOptions lo;
+  lo.valueHead = valueHead ? ValueHeadMode::With : ValueHeadMode::Without;
+  return loadPretrained(m.path, lo);
+}
+
+void buildOptimizer(TrainerState &s, bool rl) {
+  const auto &o = s.cfg.optimizer;
+  ModelSet &m = s.models;
+  auto options = [&](double lr) {
+    return torch::optim::AdamWOptions(lr)
+        .betas(std::make_tuple(o.beta1, o.beta2))
+        .eps(o.eps)
+        .weight_decay(o.weightDecay);
+  };
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  m.baseLr.clear();
+  double lr = rl ? o.lr : s.cfg.sft.lr;
+  groups.emplace_back(
+      m.policy->parameters(),
+      std::make_unique<torch::optim::AdamWOptions>(options(lr)));
+  m.baseLr.push_back(lr);
+  if (rl && m.critic) {
+    double clr = s.cfg.critic.lr > 0 ? s.cfg.critic.lr : o.lr;
+    groups.emplace_back(
+        m.critic->parameters(),
+        std::make_unique<torch::optim::AdamWOptions>(options(clr)));
+    m.baseLr.push_back(clr);
+  }
+  m.optimizer = std::make_unique<torch::optim::AdamW>(groups, options(lr));
+  m.rlOptimizer = rl;
+}
+
+double setLr(TrainerState &s, double factor) {
+  ModelSet &m = s.models;
+  auto &groups = m.optimizer->param_groups();
+  for (size_t g = 0; g < groups.size(); ++g)
+    static_cast<torch::optim::AdamWOptions &>(groups[g].options())
+        .lr(m.baseLr[g] * factor);
+  return m.baseLr[0] * factor;
+}
+
+double optimizerStep(TrainerState &s) {
+  auto ps = trainableParameters(s.models);
+  // Each rank's loss carries its share of the global normaliser, so the
+  // sum of the ranks' gradients is the one-process gradient.
+  s.world.sumGradients(ps);
+  double norm = 0;
+  if (s.cfg.optimizer.gradClip > 0) {
+    norm = torch::nn::utils::clip_grad_norm_(ps, s.cfg.optimizer.gradClip);
+  } else {
+    double sq = 0;
+    for (auto &p : ps)
+      if (p.grad().defined())
+        sq += p.grad().pow(2).sum().item<double>();
+    norm = std::sqrt(sq);
+  }
+  s.models.optimizer->step();
+  s.models.optimizer->zero_grad();
+  return norm;
+}
+
+void enterRl(TrainerState &s) {
+  ModelSet &m = s.models;
+  if (m.needReference) {
+    m.reference = cloneArchitecture(m.policy, s.device());
+    copyWeights(m.reference, m.policy);
+    m.reference->eval();
+    for (auto &p : m.reference->parameters())
+      p.set_requires_grad(false);
+  }
+  buildOptimizer(s, true);
+}
+
+at::Tensor values(TransformerLM &model, const Padded &pd) {
+  at::Tensor h = model->forwardHidden(pd.ids, pd.mask);
+  return gatherResponse(model->valueHead(h), pd);
+}
+
+} // namespace cac::rt::train

@@ -1,0 +1,133 @@
+//===- TaskSource.cpp - Problems, prompts and rewards of a run ------------===//
+
+#include "TrainerState.h"
+
+#include "cac/Runtime/Model/ModelIO.h"
+
+#include <algorithm>
+
+namespace cac::rt::train {
+
+bool TaskSource::load(const TrainConfig &config, DiagnosticEngine &diag) {
+  cfg = &config;
+  if (cfg->model.kind == ModelSpec::Kind::Builtin)
+    tokenizer = std::make_unique<CharTokenizer>();
+  else
+    tokenizer = loadTokenizer(cfg->model.path);
+  eosId = tokenizer->eosId().value_or(-1);
+  padId = tokenizer->padId().value_or(eosId >= 0 ? eosId : 0);
+  const TaskSpec &t = cfg->task;
+  if (t.kind == TaskSpec::Kind::Arith && t.digits > 0) {
+    twoOp.emplace(cfg->seed, t.digits, t.ops, t.evalFraction, t.steps);
+    evalSet = twoOp->evalSet(static_cast<size_t>(cfg->eval.size));
+  } else if (t.kind == TaskSpec::Kind::Arith) {
+    ArithmeticTask::Options o;
+    o.seed = cfg->seed;
+    o.minLevel = t.minLevel;
+    o.maxLevel = t.maxLevel;
+    o.evalFraction = t.evalFraction;
+    arith.emplace(o);
+    evalSet = arith->evalSet(static_cast<size_t>(cfg->eval.size));
+  } else {
+    jsonlTask = t.kind == TaskSpec::Kind::Jsonl;
+    dataTrain =
+        jsonlTask ? loadJsonl(t.trainPath, t.keys) : loadGsm8k(t.trainPath);
+    dataEval =
+        jsonlTask ? loadJsonl(t.evalPath, t.keys) : loadGsm8k(t.evalPath);
+    if (jsonlTask)
+      checkDataset();
+    evalSet.assign(dataEval.begin(),
+                   dataEval.begin() +
+                       std::min<size_t>(dataEval.size(), cfg->eval.size));
+  }
+
+  if (cfg->reward.kind == RewardSpec::Kind::Command) {
+    try {
+      rewardCommand = std::make_unique<RewardCommand>(
+          cfg->reward.command, cfg->file.parent_path(), cfg->reward.timeout);
+    } catch (const std::exception &e) {
+      diag.error(cfg->reward.loc, e.what());
+      return false;
+    }
+  }
+  return true;
+}
+
+Problem TaskSource::trainProblem(uint64_t index) const {
+  if (twoOp)
+    return twoOp->problem(Split::Train, index);
+  if (arith)
+    return arith->problem(Split::Train, index);
+  return dataTrain[index % dataTrain.size()];
+}
+
+/// A jsonl dataset holds what its run reads: answers for the default
+/// reward, solutions for an SFT warm start.
+void TaskSource::checkDataset() const {
+  auto need = [&](const std::vector<Problem> &set, bool answers) {
+    for (const Problem &p : set)
+      if ((answers ? p.answer : p.solution).empty())
+        throw TrainError(
+            p.id + ": no '" +
+            (answers ? cfg->task.keys.answer : cfg->task.keys.solution) +
+            "' field: " +
+            (answers ? "the task's reward compares completions with it "
+                       "(or give `reward = command(..)`)"
+                     : "the SFT warm start trains on it (or set "
+                       "`warm_start = none`)"));
+  };
+  if (cfg->reward.kind == RewardSpec::Kind::Task) {
+    need(dataTrain, true);
+    need(dataEval, true);
+  }
+  if (cfg->sft.steps > 0)
+    need(dataTrain, false);
+}
+
+std::string TaskSource::promptText(const Problem &p) const {
+  if (arith || twoOp || jsonlTask)
+    return p.prompt;
+  return "Question: " + p.prompt + "\nAnswer:";
+}
+
+std::string TaskSource::targetText(const Problem &p) const {
+  if (arith || twoOp)
+    return cfg->task.lines ? ArithmeticTask::breakLines(p.solution)
+                           : p.solution;
+  if (jsonlTask)
+    return p.solution;
+  return " " + p.solution;
+}
+
+double TaskSource::reward(const Problem &p,
+                          const std::string &completion) const {
+  if (rewardCommand)
+    return rewardCommand->score(p.prompt, completion, p.answer, p.id);
+  if (arith || twoOp)
+    return ArithmeticTask::reward(p, completion);
+  if (jsonlTask)
+    return matchReward(p, completion);
+  return gsm8kReward(p, completion);
+}
+
+std::vector<int64_t> TaskSource::encodePrompt(const Problem &p) const {
+  std::vector<int64_t> ids = tokenizer->encode(promptText(p), true);
+  if (ids.empty() && tokenizer->bosId())
+    ids.push_back(*tokenizer->bosId());
+  return ids;
+}
+
+SamplingOptions TaskSource::samplingOptions(bool greedy) const {
+  const RolloutSpec &r = cfg->rollout;
+  SamplingOptions o;
+  o.temperature = greedy ? 0.0 : r.temperature;
+  o.topP = greedy ? 1.0 : r.topP;
+  o.topK = greedy ? 0 : r.topK;
+  o.maxNewTokens = r.maxTokens;
+  if (eosId >= 0)
+    o.stopTokens = {eosId};
+  o.padId = padId;
+  return o;
+}
+
+} // namespace cac::rt::train
