@@ -13,13 +13,11 @@
 //            tokens (docs/pipeline.md);
 //   variants DIR/NAME-V for each V of --variants that was staged, one row
 //            each (test/Unit/Kernels/gpu-check/stage.sh): `thread`
-//            (`--seq-block 0`: one thread per sequence, the lowering before
-//            2026-11-25), `b64`/`b256` (--seq-block), `i2`/`i8`
-//            (--seq-items), `striped` (--seq-layout striped), `nopf`
-//            (--seq-prefetch=false), `blocked256` (the default before
-//            2026-11-26: 256 threads, blocked, no prefetch), `nofg`
-//            (--fuse-groups=false: group statistics in a group kernel of
-//            their own, the default before 2026-11-26) and `pfin`
+//            (`--seq-block 0`: one thread per sequence), `b64`/`b256`
+//            (--seq-block), `i2`/`i8` (--seq-items), `striped` (--seq-layout
+//            striped), `nopf` (--seq-prefetch=false), `blocked256` (256
+//            threads, blocked, no prefetch), `nofg` (--fuse-groups=false:
+//            group statistics in a group kernel of their own) and `pfin`
 //            (--seq-prefetch-written=false), to choose the defaults on a GPU;
 //   loop     verl's loop for the methods verl has (gae, gae_dense:
 //            compute_gae_advantage_return, one column operation per token;
@@ -42,8 +40,9 @@
 // benchmark, not a test; `--device cpu` runs the same program on the CPU
 // (host.so against itself) to check the program without a GPU.
 //
-// bench/gpu/run.sh compiles the bundles (on a machine with the compiler) and
-// runs it; test/Unit/Kernels/gpu-check/ builds it on a GPU machine.
+// test/Unit/Kernels/gpu-check/stage.sh compiles the bundles (on a machine
+// with the compiler); `scripts/gpu-check.sh bench` builds and runs it on a GPU
+// machine.
 //
 //===----------------------------------------------------------------------===//
 

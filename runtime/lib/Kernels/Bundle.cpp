@@ -289,8 +289,8 @@ TensorMap BundleEstimator::run(const TensorMap &inputs,
                                  "] = [" + std::to_string(size) + "]";
     if (spec.role != BufferRole::Input) {
       // No zero fill: every kernel writes each element of the outputs it
-      // owns, and scratch is read only where written (docs/bundle.md). At
-      // 1M tokens the fill was half of GAE's CPU time.
+      // owns, and scratch is read only where written (docs/bundle.md), so a
+      // fill would be a second full pass of writes over the outputs.
       buffers[i] = options.fillOutputs
                        ? at::full({size}, *options.fillOutputs, opts)
                        : at::empty({size}, opts);

@@ -18,14 +18,13 @@ cp -r /usr/include/nlohmann "$deps/include/"
 # auto, the next tile prefetched into L2), each also in the
 # one-thread-per-sequence form (NAME-thread, --seq-block 0), with blocks of
 # 256 (NAME-b256) and without the prefetch (NAME-nopf); GAE, SAE, GRPO and
-# RLOO also as the default before 2026-11-26 (NAME-blocked256: 256 threads,
-# blocked, no prefetch), striped throughout (NAME-striped) and with other
+# RLOO also with 256 threads, blocked and without the prefetch
+# (NAME-blocked256), striped throughout (NAME-striped) and with other
 # shapes (NAME-b64: 64 threads; NAME-i2, -i8: tokens per thread); GRPO, RLOO
 # and TreeAdv with their group kernel apart from the seq kernel (NAME-nofg);
 # SPO-chain and SAPO prefetching only the buffers they did not write
-# (NAME-pfin). (The
-# register bounds of --seq-min-blocks were measured once and lost; see
-# docs/benchmarks.md.)
+# (NAME-pfin). (The register bounds of --seq-min-blocks are not staged: they
+# do not pay at 128 threads, docs/benchmarks.md.)
 cac=${CAC:-$repo/build/bin/cac}
 if [ -x "$cac" ]; then
   for f in "$repo"/stdlib/*.cac; do
@@ -51,9 +50,9 @@ if [ -x "$cac" ]; then
     bench $m i2 --seq-items 2
     bench $m i8 --seq-items 8
   done
-  # The group statistics in a group kernel of their own (--fuse-groups=false,
-  # the default before 2026-11-26: GRPO and RLOO two kernels instead of one,
-  # TreeAdv five instead of four, its tree-building kernel among them).
+  # The group statistics in a group kernel of their own (--fuse-groups=false:
+  # GRPO and RLOO two kernels instead of one, TreeAdv five instead of four,
+  # its tree-building kernel among them).
   for m in grpo rloo treeadv; do
     bench $m nofg --fuse-groups=false
   done

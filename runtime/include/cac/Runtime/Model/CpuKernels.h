@@ -24,9 +24,9 @@ std::string cpuKernelSet();
 
 /// Sets ATen's intra-op pool to \p n threads and, with \p blas, OpenBLAS's
 /// own pool too, which at::set_num_threads does not reach (one thread per
-/// core otherwise, so that two data-parallel workers of one thread each ran
-/// four busy threads on two cores). Returns whether OpenBLAS was set. ATen's
-/// count does not change results; OpenBLAS's can (cpuKernelSet).
+/// core otherwise, so that two data-parallel workers of one thread each
+/// would run four busy threads on two cores). Returns whether OpenBLAS was
+/// set. ATen's count does not change results; OpenBLAS's can (cpuKernelSet).
 bool setCpuThreads(int n, bool blas);
 
 } // namespace cac::rt
