@@ -60,7 +60,7 @@ struct ArgSpec {
 struct KernelSpec {
   std::string name;
   Grid grid = Grid::Seq;
-  int block = 128; ///< CUDA threads per block
+  int64_t block = 128; ///< CUDA threads per block
   /// "unit": "block": on the GPU one block of `block` threads per unit
   /// (grid = units); otherwise ("thread", the default) one thread per unit
   /// (grid = ceil(units / block)). A bundle's CPU code always runs units one

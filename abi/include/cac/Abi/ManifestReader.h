@@ -426,7 +426,7 @@ private:
           b->get<int64_t>() > 1024)
         return fail(field + ".block",
                     "expected an integer in [1, 1024], got " + dump(*b));
-      spec.block = b->get<int>();
+      spec.block = b->get<int64_t>();
     }
     if (const json *u = optional(k, "unit")) {
       if (!u->is_string() || (*u != "thread" && *u != "block"))
