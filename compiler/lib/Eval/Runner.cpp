@@ -1,10 +1,10 @@
 //===- Runner.cpp - Run compiled CPU kernels on a batch -------------------===//
 
 #include "cac/Eval/Runner.h"
+#include "cac/Abi/ManifestReader.h"
 #include "cac/Conversion/BlockKernels.h"
 
 #include "llvm/ADT/ScopeExit.h"
-#include "llvm/Support/JSON.h"
 
 #include <numeric>
 #include <sys/mman.h>
@@ -17,71 +17,11 @@ static llvm::Error err(const llvm::Twine &msg) {
   return llvm::createStringError(llvm::inconvertibleErrorCode(), msg.str());
 }
 
-llvm::Expected<ManifestInfo> cac::parseManifest(llvm::StringRef json) {
-  auto v = llvm::json::parse(json);
-  if (!v)
-    return err("manifest: " + llvm::toString(v.takeError()));
-  auto *o = v->getAsObject();
-  if (!o || o->getString("format") != "cac-bundle-1")
-    return err("manifest: not a cac-bundle-1 manifest");
-  ManifestInfo m;
-  m.estimator = o->getString("estimator").value_or("").str();
-  m.dtype = o->getString("dtype").value_or("f32").str();
-  if (m.dtype != "f32" && m.dtype != "f64")
-    return err("manifest: dtype must be f32 or f64");
-  if (auto *bufs = o->getArray("buffers"))
-    for (auto &b : *bufs) {
-      auto *bo = b.getAsObject();
-      if (!bo)
-        return err("manifest: buffers must be objects");
-      m.buffers.push_back({bo->getString("name").value_or("").str(),
-                           bo->getString("role").value_or("").str(),
-                           bo->getString("domain").value_or("").str(),
-                           bo->getString("layout").value_or("").str()});
-    }
-  if (auto *ps = o->getArray("params"))
-    for (auto &p : *ps) {
-      auto *po = p.getAsObject();
-      if (!po)
-        return err("manifest: params must be objects");
-      std::optional<double> def;
-      if (auto d = po->getNumber("default"))
-        def = *d;
-      m.params.push_back({po->getString("name").value_or("").str(), def});
-    }
-  if (auto *ns = o->getArray("needs"))
-    for (auto &n : *ns)
-      if (n.getAsString() && *n.getAsString() == "tree")
-        m.needsTree = true;
-  if (auto *ks = o->getArray("kernels"))
-    for (auto &k : *ks) {
-      auto *ko = k.getAsObject();
-      if (!ko)
-        return err("manifest: kernels must be objects");
-      ManifestInfo::KernelInfo ki;
-      ki.name = ko->getString("name").value_or("").str();
-      ki.grid = ko->getString("grid").value_or("").str();
-      ki.block = ko->getInteger("block").value_or(128);
-      std::string unit = ko->getString("unit").value_or("thread").str();
-      if (unit != "thread" && unit != "block")
-        return err("manifest: kernel '" + ki.name +
-                   "': \"unit\" must be \"thread\" or \"block\", not '" +
-                   unit + "'");
-      ki.perBlock = unit == "block";
-      if (ki.perBlock && (ki.block < 1 || ki.block > 1024))
-        return err("manifest: kernel '" + ki.name +
-                   "': \"block\" must be in [1, 1024]");
-      m.kernels.push_back(std::move(ki));
-    }
-  if (auto *as = o->getArray("args"))
-    for (auto &a : *as) {
-      auto *ao = a.getAsObject();
-      if (!ao)
-        return err("manifest: args must be objects");
-      m.args.push_back({ao->getString("name").value_or("").str(),
-                        ao->getString("kind").value_or("").str()});
-    }
-  return m;
+llvm::Expected<abi::Manifest> cac::parseManifest(llvm::StringRef json) {
+  abi::ManifestOrError read = abi::readManifest(json, "manifest");
+  if (!read)
+    return err(read.error);
+  return std::move(*read.manifest);
 }
 
 namespace {
@@ -234,8 +174,7 @@ using BlockFn = void (*)(void **, int64_t, void *, void *);
 
 /// Runs a block kernel's units with its `block` simulated threads, as one
 /// GPU block runs each unit (the function loops over the units itself).
-llvm::Error simulateBlocks(const ManifestInfo::KernelInfo &k, BlockFn fn,
-                           void **argv) {
+llvm::Error simulateBlocks(const abi::KernelSpec &k, BlockFn fn, void **argv) {
   // The shared memory of the block, in elements of at most 8 bytes.
   std::vector<double> shared(size_t(blockSharedElements(k.block)));
   if (auto e = simulateBlock(k.block, [&](int64_t tid, void *barrier) {
@@ -267,50 +206,69 @@ void cac::simulationWarpBarrier(void *barrier) { simWarpBarrier(barrier); }
 
 namespace {
 
+/// The elements of a buffer of domain `d` in `batch`.
+int64_t bufferLength(abi::Domain d, const Batch &batch) {
+  switch (d) {
+  case abi::Domain::Token:
+  case abi::Domain::Seg:
+    return batch.numTokens;
+  case abi::Domain::Seq:
+    return batch.numSeqs;
+  case abi::Domain::Group:
+    return batch.numGroups();
+  case abi::Domain::Node:
+    return batch.numNodes;
+  case abi::Domain::Scalar:
+    break;
+  }
+  return 0;
+}
+
+/// Copies the batch's values of input `bf` into `out`.
+template <typename T>
+llvm::Error loadInput(const abi::BufferSpec &bf, const Batch &batch,
+                      std::vector<T> &out) {
+  const auto &src = bf.domain == abi::Domain::Token ? batch.token
+                    : bf.domain == abi::Domain::Seg ? batch.seg
+                                                    : batch.seq;
+  std::string domain = abi::spelling(bf.domain);
+  auto it = src.find(bf.name);
+  if (it == src.end())
+    return err("the batch has no " + domain + " input '" + bf.name + "' (\"" +
+               domain + "\": {\"" + bf.name + "\": ...})");
+  if (bf.domain == abi::Domain::Seg) {
+    // Segment j of sequence b goes to seq_offsets[b] + j (docs/bundle.md).
+    for (int64_t b = 0; b < batch.numSeqs; ++b)
+      for (int32_t k = batch.segOffsets[b]; k < batch.segOffsets[b + 1]; ++k)
+        out[size_t(batch.seqOffsets[b] + (k - batch.segOffsets[b]))] =
+            T(it->second[size_t(k)]);
+    return llvm::Error::success();
+  }
+  for (size_t k = 0; k < it->second.size(); ++k)
+    out[k] = T(it->second[k]);
+  return llvm::Error::success();
+}
+
 template <typename T>
 llvm::Expected<std::vector<OutputArray>>
-runTyped(const ManifestInfo &m,
+runTyped(const abi::Manifest &m,
          llvm::function_ref<void *(llvm::StringRef)> lookup,
          const Batch &batch) {
-  auto params = resolveParams(batch, m.params);
+  std::vector<std::pair<std::string, std::optional<double>>> declared;
+  for (const abi::ParamSpec &p : m.params)
+    declared.push_back({p.name, p.defaultValue});
+  auto params = resolveParams(batch, declared);
   if (!params)
     return params.takeError();
   int64_t B = batch.numSeqs, N = batch.numTokens, G = batch.numGroups();
-  auto sizeOf = [&](const ManifestInfo::BufferInfo &bf) -> int64_t {
-    const std::string &domain = bf.domain;
-    if (domain == "token" || domain == "seg")
-      return N;
-    if (domain == "seq")
-      return B;
-    if (domain == "group")
-      return G;
-    if (domain == "node")
-      return batch.numNodes;
-    return 0;
-  };
   std::vector<std::vector<T>> storage(m.buffers.size());
   for (size_t i = 0; i < m.buffers.size(); ++i) {
-    const auto &bf = m.buffers[i];
-    storage[i].assign(size_t(std::max<int64_t>(sizeOf(bf), 1)), T(0));
-    if (bf.role != "input")
-      continue;
-    const auto &src = bf.domain == "token" ? batch.token
-                      : bf.domain == "seg" ? batch.seg
-                                           : batch.seq;
-    auto it = src.find(bf.name);
-    if (it == src.end())
-      return err("the batch has no " + bf.domain + " input '" + bf.name +
-                 "' (\"" + bf.domain + "\": {\"" + bf.name + "\": ...})");
-    if (bf.domain == "seg") {
-      // Segment j of sequence b goes to seq_offsets[b] + j (docs/bundle.md).
-      for (int64_t b = 0; b < B; ++b)
-        for (int32_t k = batch.segOffsets[b]; k < batch.segOffsets[b + 1]; ++k)
-          storage[i][size_t(batch.seqOffsets[b] + (k - batch.segOffsets[b]))] =
-              T(it->second[size_t(k)]);
-      continue;
-    }
-    for (size_t k = 0; k < it->second.size(); ++k)
-      storage[i][k] = T(it->second[k]);
+    const abi::BufferSpec &bf = m.buffers[i];
+    storage[i].assign(
+        size_t(std::max<int64_t>(bufferLength(bf.domain, batch), 1)), T(0));
+    if (bf.role == abi::BufferRole::Input)
+      if (auto e = loadInput(bf, batch, storage[i]))
+        return std::move(e);
   }
   std::vector<T> paramValues(params->begin(), params->end());
 
@@ -325,49 +283,45 @@ runTyped(const ManifestInfo &m,
   const int32_t *seqGroup = batch.seqGroup.data();
   const int32_t *groupOffsets = batch.groupOffsets.data();
   const int32_t *groupMembers = batch.groupMembers.data();
+  void *fixed[abi::kNumFixed];
+  fixed[abi::kUnitBegin] = &unitBegin;
+  fixed[abi::kUnitEnd] = &unitEnd;
+  fixed[abi::kNumSeqs] = &B;
+  fixed[abi::kNumGroups] = &G;
+  fixed[abi::kNumTokens] = &N;
+  fixed[abi::kNumNodes] = &nNodes;
+  fixed[abi::kSeqOffsets] = &seqOffsets;
+  fixed[abi::kSeqGroup] = &seqGroup;
+  fixed[abi::kGroupOffsets] = &groupOffsets;
+  fixed[abi::kGroupMembers] = &groupMembers;
+  fixed[abi::kNodeParent] = &nodeParent;
+  fixed[abi::kTokenNode] = &tokenNode;
   std::vector<void *> ptrs(m.buffers.size());
   for (size_t i = 0; i < m.buffers.size(); ++i)
     ptrs[i] = storage[i].data();
   std::vector<void *> argv;
-  size_t nextBuffer = 0, nextParam = 0;
-  for (auto &[name, kind] : m.args) {
-    if (name == "unit_begin")
-      argv.push_back(&unitBegin);
-    else if (name == "unit_end")
-      argv.push_back(&unitEnd);
-    else if (name == "num_seqs")
-      argv.push_back(&B);
-    else if (name == "num_groups")
-      argv.push_back(&G);
-    else if (name == "num_tokens")
-      argv.push_back(&N);
-    else if (name == "num_nodes")
-      argv.push_back(&nNodes);
-    else if (name == "seq_offsets")
-      argv.push_back(&seqOffsets);
-    else if (name == "seq_group")
-      argv.push_back(&seqGroup);
-    else if (name == "group_offsets")
-      argv.push_back(&groupOffsets);
-    else if (name == "group_members")
-      argv.push_back(&groupMembers);
-    else if (name == "node_parent")
-      argv.push_back(&nodeParent);
-    else if (name == "token_node")
-      argv.push_back(&tokenNode);
-    else if (kind == "ptr" && nextBuffer < ptrs.size())
-      argv.push_back(&ptrs[nextBuffer++]);
-    else if (kind == "param" && nextParam < paramValues.size())
-      argv.push_back(&paramValues[nextParam++]);
-    else
-      return err("manifest: unexpected argument '" + name + "'");
+  for (const abi::ArgSpec &a : m.args) {
+    size_t i = size_t(a.index);
+    switch (a.source) {
+    case abi::ArgSource::Fixed:
+      argv.push_back(fixed[i]);
+      break;
+    case abi::ArgSource::Buffer:
+      argv.push_back(&ptrs[i]);
+      break;
+    case abi::ArgSource::Param:
+      argv.push_back(&paramValues[i]);
+      break;
+    }
   }
-  for (const auto &k : m.kernels) {
+  for (const abi::KernelSpec &k : m.kernels) {
     auto fn = lookup(k.name);
     if (!fn)
       return err("kernel '" + k.name + "' not found in the compiled code");
     unitBegin = 0;
-    unitEnd = k.grid == "group" ? G : k.grid == "node" ? nNodes : B;
+    unitEnd = k.grid == abi::Grid::Group  ? G
+              : k.grid == abi::Grid::Node ? nNodes
+                                          : B;
     if (k.perBlock) {
       if (auto e = simulateBlocks(k, reinterpret_cast<BlockFn>(fn),
                                   argv.data()))
@@ -378,11 +332,12 @@ runTyped(const ManifestInfo &m,
   }
   std::vector<OutputArray> out;
   for (size_t i = 0; i < m.buffers.size(); ++i) {
-    const auto &bf = m.buffers[i];
-    if (bf.role != "output")
+    const abi::BufferSpec &bf = m.buffers[i];
+    if (bf.role != abi::BufferRole::Output)
       continue;
-    OutputArray o{bf.name, bf.domain, {}};
-    o.values.assign(storage[i].begin(), storage[i].begin() + sizeOf(bf));
+    OutputArray o{bf.name, abi::spelling(bf.domain), {}};
+    o.values.assign(storage[i].begin(),
+                    storage[i].begin() + bufferLength(bf.domain, batch));
     out.push_back(std::move(o));
   }
   return out;
@@ -395,10 +350,11 @@ std::vector<std::pair<llvm::StringRef, void *>> cac::simulationSymbols() {
           {kSimWarpBarrierSymbol, reinterpret_cast<void *>(&simWarpBarrier)}};
 }
 
-llvm::Expected<std::vector<OutputArray>> cac::runCpuKernels(
-    const ManifestInfo &m, llvm::function_ref<void *(llvm::StringRef)> lookup,
-    const Batch &batch) {
-  if (m.dtype == "f64")
+llvm::Expected<std::vector<OutputArray>>
+cac::runCpuKernels(const abi::Manifest &m,
+                   llvm::function_ref<void *(llvm::StringRef)> lookup,
+                   const Batch &batch) {
+  if (m.dtype == abi::DType::F64)
     return runTyped<double>(m, lookup, batch);
   return runTyped<float>(m, lookup, batch);
 }

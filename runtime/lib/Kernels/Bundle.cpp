@@ -39,6 +39,8 @@ const char *sizeSymbol(Domain d) {
     return "G";
   case Domain::Node:
     return "K";
+  case Domain::Scalar:
+    break;
   }
   return "?";
 }
@@ -57,6 +59,51 @@ union Slot {
   float f32;
   void *ptr;
 };
+
+void *ptrOf(const at::Tensor &t) {
+  return t.defined() ? t.data_ptr() : nullptr;
+}
+
+/// The value of a fixed argument for a batch; the unit range is set per
+/// launch.
+void setFixed(abi::FixedArg a, const PackedBatch &b, Slot &s) {
+  switch (a) {
+  case abi::kUnitBegin:
+  case abi::kUnitEnd:
+  case abi::kNumFixed:
+    break;
+  case abi::kNumSeqs:
+    s.i64 = b.numSeqs();
+    break;
+  case abi::kNumGroups:
+    s.i64 = b.numGroups();
+    break;
+  case abi::kNumTokens:
+    s.i64 = b.numTokens();
+    break;
+  case abi::kNumNodes:
+    s.i64 = b.numNodes();
+    break;
+  case abi::kSeqOffsets:
+    s.ptr = ptrOf(b.seqOffsets());
+    break;
+  case abi::kSeqGroup:
+    s.ptr = ptrOf(b.seqGroup());
+    break;
+  case abi::kGroupOffsets:
+    s.ptr = ptrOf(b.groupOffsets());
+    break;
+  case abi::kGroupMembers:
+    s.ptr = ptrOf(b.groupMembers());
+    break;
+  case abi::kNodeParent:
+    s.ptr = ptrOf(b.nodeParent());
+    break;
+  case abi::kTokenNode:
+    s.ptr = ptrOf(b.tokenNode());
+    break;
+  }
+}
 
 } // namespace
 
@@ -85,6 +132,8 @@ int64_t domainSize(Domain d, const PackedBatch &batch) {
     return batch.numGroups();
   case Domain::Node:
     return batch.numNodes();
+  case Domain::Scalar:
+    break;
   }
   return 0;
 }
@@ -110,7 +159,7 @@ std::shared_ptr<Bundle> Bundle::load(const std::string &dir) {
   std::string base = dir;
   while (base.size() > 1 && base.back() == '/')
     base.pop_back();
-  Manifest manifest = Manifest::load(base + "/manifest.json");
+  Manifest manifest = loadManifest(base + "/manifest.json");
   std::vector<std::string> names;
   for (const KernelSpec &k : manifest.kernels)
     names.push_back(k.name);
@@ -250,8 +299,8 @@ TensorMap BundleEstimator::run(const TensorMap &inputs,
     auto it = inputs.find(spec.name);
     if (it == inputs.end() || !it->second.defined())
       throw BundleError(who + ": missing input '" + spec.name + "' (" +
-                        domainName(spec.domain) + ", " + dtypeName(spec.dtype) +
-                        ", [" + expected + ")");
+                        abi::spelling(spec.domain) + ", " +
+                        abi::spelling(spec.dtype) + ", [" + expected + ")");
     at::Tensor t = it->second;
     if (at::isComplexType(t.scalar_type()))
       throw BundleError(who + ": input '" + spec.name +
@@ -262,7 +311,8 @@ TensorMap BundleEstimator::run(const TensorMap &inputs,
       t = b.pack(t);
     if (t.dim() != 1 || t.size(0) != size)
       throw BundleError(who + ": input '" + spec.name + "' (" +
-                        domainName(spec.domain) + "): expected [" + expected +
+                        abi::spelling(spec.domain) + "): expected [" +
+                        expected +
                         (perToken ? " (packed) or [B, T] padded" : "") +
                         ", got shape " + shapeOf(t));
     buffers[i] = t.to(opts).contiguous();
@@ -285,46 +335,13 @@ TensorMap BundleEstimator::run(const TensorMap &inputs,
   // The argument array, driven by the manifest's "args".
   std::vector<Slot> slots(m.args.size());
   std::vector<void *> argv(m.args.size());
-  auto ptrOf = [](const at::Tensor &t) -> void * {
-    return t.defined() ? t.data_ptr() : nullptr;
-  };
   for (size_t i = 0; i < m.args.size(); ++i) {
     const ArgSpec &a = m.args[i];
     Slot &s = slots[i];
     s.i64 = 0;
     switch (a.source) {
-    case ArgSource::UnitBegin:
-    case ArgSource::UnitEnd:
-      break; // set per launch
-    case ArgSource::NumSeqs:
-      s.i64 = b.numSeqs();
-      break;
-    case ArgSource::NumGroups:
-      s.i64 = b.numGroups();
-      break;
-    case ArgSource::NumTokens:
-      s.i64 = b.numTokens();
-      break;
-    case ArgSource::NumNodes:
-      s.i64 = b.numNodes();
-      break;
-    case ArgSource::SeqOffsets:
-      s.ptr = ptrOf(b.seqOffsets());
-      break;
-    case ArgSource::SeqGroup:
-      s.ptr = ptrOf(b.seqGroup());
-      break;
-    case ArgSource::GroupOffsets:
-      s.ptr = ptrOf(b.groupOffsets());
-      break;
-    case ArgSource::GroupMembers:
-      s.ptr = ptrOf(b.groupMembers());
-      break;
-    case ArgSource::NodeParent:
-      s.ptr = ptrOf(b.nodeParent());
-      break;
-    case ArgSource::TokenNode:
-      s.ptr = ptrOf(b.tokenNode());
+    case ArgSource::Fixed:
+      setFixed(abi::FixedArg(a.index), b, s);
       break;
     case ArgSource::Buffer:
       s.ptr = ptrOf(buffers.at(a.index));

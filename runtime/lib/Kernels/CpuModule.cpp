@@ -138,7 +138,7 @@ CpuModule::~CpuModule() {
 
 void CpuModule::launch(size_t i, int64_t numUnits, void *const *params,
                        size_t numParams, int numThreads) const {
-  if (numParams < 2)
+  if (numParams <= abi::kUnitEnd)
     throw BundleError("CpuModule::launch: the argument list has no unit range");
   KernelFn fn = function(i);
   if (numUnits <= 0)
@@ -148,8 +148,8 @@ void CpuModule::launch(size_t i, int64_t numUnits, void *const *params,
     // Each chunk gets its own copy of the array and of the two range values.
     std::vector<void *> local(params, params + numParams);
     int64_t range[2] = {begin, end};
-    local[0] = &range[0];
-    local[1] = &range[1];
+    local[abi::kUnitBegin] = &range[0];
+    local[abi::kUnitEnd] = &range[1];
     fn(local.data());
   };
 

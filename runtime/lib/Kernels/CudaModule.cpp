@@ -117,8 +117,8 @@ void CudaModule::launch(int ordinal, size_t i, int64_t numUnits,
   std::vector<void *> local(params, params + numParams);
   for (int64_t begin = 0; begin < numUnits; begin += maxUnits) {
     int64_t range[2] = {begin, std::min(numUnits, begin + maxUnits)};
-    local[0] = &range[0];
-    local[1] = &range[1];
+    local[abi::kUnitBegin] = &range[0];
+    local[abi::kUnitEnd] = &range[1];
     unsigned grid = static_cast<unsigned>(
         (range[1] - range[0] + unitsPerBlock - 1) / unitsPerBlock);
     d.check(d.cuLaunchKernel(

@@ -4,11 +4,14 @@
 // BundleEstimator: gae and grpo against LibTorch computations of
 // estimators.md's formulas (the contract of docs/bundle.md seen from both
 // sides), and every method on a random batch with empty sequences, groups and
-// a tree (finite outputs on the CPU; on a GPU, CUDA equal to the CPU). Skips
+// a tree (finite outputs on the CPU; on a GPU, CUDA equal to the CPU), and
+// that each manifest is the text the ABI's writer gives for it. Skips
 // when no compiled bundles are at hand.
 //
 //===----------------------------------------------------------------------===//
 
+#include "cac/Abi/ManifestReader.h"
+#include "cac/Abi/ManifestWriter.h"
 #include "cac/Runtime/Kernels/Bundle.h"
 #include "cac/Runtime/Kernels/CudaDriver.h"
 #include "test-bundles.h"
@@ -203,6 +206,24 @@ TEST_F(StdlibBundle, EveryMethodRunsOnRandomBatches) {
             << name << ": " << b.name << " (seed " << seed << ")";
       }
     }
+  }
+}
+
+/// The manifest the compiler wrote is the one the ABI's writer writes for
+/// what its reader reads, byte for byte: one format, whichever side writes.
+TEST_F(StdlibBundle, EveryManifestIsWhatTheAbiWriterWrites) {
+  for (const std::string &name : stdlibMethods()) {
+    std::string path = stdlibBundlesPath() + "/" + name + "/manifest.json";
+    std::ifstream in(path, std::ios::binary);
+    ASSERT_TRUE(in) << path;
+    std::stringstream ss;
+    ss << in.rdbuf();
+    std::string text = ss.str();
+    while (!text.empty() && text.back() == '\n')
+      text.pop_back();
+    cac::abi::ManifestOrError read = cac::abi::readManifest(text, path);
+    ASSERT_TRUE(read) << read.error;
+    EXPECT_EQ(cac::abi::writeManifest(*read.manifest), text) << path;
   }
 }
 

@@ -3,6 +3,7 @@
 #ifndef CAC_EVAL_RUNNER_H
 #define CAC_EVAL_RUNNER_H
 
+#include "cac/Abi/Manifest.h"
 #include "cac/Eval/Batch.h"
 
 #include "llvm/ADT/STLFunctionalExtras.h"
@@ -11,34 +12,9 @@
 
 namespace cac {
 
-/// What the manifest says about an estimator's interface.
-struct ManifestInfo {
-  std::string estimator;
-  std::string dtype;
-  struct BufferInfo {
-    std::string name, role, domain;
-    /// For seg buffers: "by-segment" (segment j of sequence b at
-    /// seq_offsets[b] + j) or "by-token" (the segment's value on each of its
-    /// tokens).
-    std::string layout;
-  };
-  std::vector<BufferInfo> buffers;
-  std::vector<std::pair<std::string, std::optional<double>>> params;
-  struct KernelInfo {
-    std::string name, grid;
-    int64_t block = 128;
-    /// "unit": "block": one block of `block` threads per unit (the GPU's
-    /// seq kernels); otherwise one thread per unit.
-    bool perBlock = false;
-  };
-  std::vector<KernelInfo> kernels;
-  std::vector<std::pair<std::string, std::string>> args; ///< name, kind
-  /// The manifest's "needs" holds "tree".
-  bool needsTree = false;
-};
-
-/// Parses and validates a manifest.json text.
-llvm::Expected<ManifestInfo> parseManifest(llvm::StringRef json);
+/// Reads a manifest.json text (abi/include/cac/Abi/ManifestReader.h); the
+/// error names the field that is wrong.
+llvm::Expected<abi::Manifest> parseManifest(llvm::StringRef json);
 
 /// Runs the kernels of a manifest on a batch through `lookup`, which maps a
 /// kernel name to its entry: `void(void**)` for a kernel with one thread per
@@ -49,7 +25,7 @@ llvm::Expected<ManifestInfo> parseManifest(llvm::StringRef json);
 /// every input of the manifest is in the batch, and that the threads of a
 /// block reach the same barriers.
 llvm::Expected<std::vector<OutputArray>>
-runCpuKernels(const ManifestInfo &manifest,
+runCpuKernels(const abi::Manifest &manifest,
               llvm::function_ref<void *(llvm::StringRef)> lookup,
               const Batch &batch);
 

@@ -1,37 +1,38 @@
 //===- Domain.h - Index spaces of the rollout batch -------------*- C++ -*-===//
 //
-// Every value of a cac program lives in a domain. Coarser domains broadcast
-// implicitly to finer ones; the other direction needs an explicit reduction.
+// Every value of a cac program lives in a domain. The domains and their
+// broadcast lattice are the kernel ABI's (abi/include/cac/Abi/Domain.h);
+// this header gives the front end their names as LLVM strings.
 //
 //===----------------------------------------------------------------------===//
 
 #ifndef CAC_DSL_DOMAIN_H
 #define CAC_DSL_DOMAIN_H
 
-#include "llvm/ADT/StringRef.h"
+#include "cac/Abi/Domain.h"
 
-#include <optional>
+#include "llvm/ADT/StringRef.h"
 
 namespace cac {
 
 /// The index spaces. `Scalar` is the domain of parameters and literals.
-enum class Domain { Scalar, Token, Seg, Seq, Group, Node };
+using abi::Domain;
 
 /// Element kinds a value can have.
 enum class ElemKind { Float, Bool };
 
 /// The spelling of a domain in the language ("token", "seq", ...).
-llvm::StringRef domainName(Domain d);
+inline llvm::StringRef domainName(Domain d) { return abi::spelling(d); }
 
 /// Parses a user-visible domain name; `scalar` is not one.
-std::optional<Domain> parseDomain(llvm::StringRef name);
+using abi::parseDomain;
 
 /// True when a value of domain `from` can be used where `to` is expected by
 /// implicit broadcast (or when they are equal).
-bool broadcastsTo(Domain from, Domain to);
+using abi::broadcastsTo;
 
 /// The domain of `a op b`, or nullopt when neither broadcasts to the other.
-std::optional<Domain> joinDomains(Domain a, Domain b);
+using abi::joinDomains;
 
 } // namespace cac
 

@@ -34,21 +34,18 @@ void CacDialect::initialize() {
       >();
 }
 
-bool cac::ir::broadcastsTo(Domain from, Domain to) {
-  if (from == to || from == Domain::Scalar)
-    return true;
-  switch (from) {
-  case Domain::Group:
-    return to == Domain::Seq || to == Domain::Seg || to == Domain::Token;
-  case Domain::Seq:
-    return to == Domain::Seg || to == Domain::Token;
-  case Domain::Seg:
-  case Domain::Node:
-    return to == Domain::Token;
-  default:
-    return false;
-  }
-}
+// toAbi/fromAbi cast between the dialect's domains and the ABI's.
+#define CAC_SAME_DOMAIN(D)                                                     \
+  static_assert(static_cast<uint32_t>(Domain::D) ==                            \
+                    static_cast<uint32_t>(cac::abi::Domain::D),                \
+                "the dialect's and the ABI's " #D " domain differ");
+CAC_SAME_DOMAIN(Scalar)
+CAC_SAME_DOMAIN(Token)
+CAC_SAME_DOMAIN(Seg)
+CAC_SAME_DOMAIN(Seq)
+CAC_SAME_DOMAIN(Group)
+CAC_SAME_DOMAIN(Node)
+#undef CAC_SAME_DOMAIN
 
 LogicalResult FieldType::verify(function_ref<InFlightDiagnostic()> emitError,
                                 Domain domain, Type elementType) {

@@ -11,6 +11,8 @@
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
+#include "cac/Abi/Domain.h"
+
 #include "cac/Dialect/Cac/IR/CacEnums.h.inc"
 #include "cac/Dialect/Cac/IR/CacDialect.h.inc"
 
@@ -21,8 +23,15 @@
 #include "cac/Dialect/Cac/IR/CacTypes.h.inc"
 
 namespace cac::ir {
+/// The kernel ABI's domain of a dialect domain; the two enums have the same
+/// values (checked in CacDialect.cpp), the ABI's holds the lattice.
+inline abi::Domain toAbi(Domain d) { return static_cast<abi::Domain>(d); }
+inline Domain fromAbi(abi::Domain d) { return static_cast<Domain>(d); }
+
 /// True when a `from` value can be broadcast to `to`.
-bool broadcastsTo(Domain from, Domain to);
+inline bool broadcastsTo(Domain from, Domain to) {
+  return abi::broadcastsTo(toAbi(from), toAbi(to));
+}
 } // namespace cac::ir
 
 #define GET_OP_CLASSES
