@@ -10,6 +10,7 @@
 #ifndef CAC_CONVERSION_LOWERKERNELS_ABI_H
 #define CAC_CONVERSION_LOWERKERNELS_ABI_H
 
+#include "cac/Abi/KernelArgs.h"
 #include "cac/Dialect/Cac/IR/CacDialect.h"
 
 #include "mlir/IR/Value.h"
@@ -24,7 +25,25 @@ namespace cac::lowering {
 using namespace mlir;
 using namespace cac::ir;
 
-enum class ArgKind { I64, Ptr, Param };
+// The argument kinds, buffer roles and fixed leading arguments are the
+// kernel ABI's (abi/include/cac/Abi/KernelArgs.h). Its Domain is not brought
+// in: the lowering's is the dialect's.
+using cac::abi::ArgKind;
+using cac::abi::BufferRole;
+using cac::abi::FixedArg;
+using cac::abi::kGroupMembers;
+using cac::abi::kGroupOffsets;
+using cac::abi::kNodeParent;
+using cac::abi::kNumFixed;
+using cac::abi::kNumGroups;
+using cac::abi::kNumNodes;
+using cac::abi::kNumSeqs;
+using cac::abi::kNumTokens;
+using cac::abi::kSeqGroup;
+using cac::abi::kSeqOffsets;
+using cac::abi::kTokenNode;
+using cac::abi::kUnitBegin;
+using cac::abi::kUnitEnd;
 
 struct AbiArg {
   std::string name;
@@ -33,31 +52,11 @@ struct AbiArg {
 
 struct Buffer {
   std::string name;
-  std::string role; // input | output | scratch
+  BufferRole role;
   Domain domain;
   /// A seg output stored on the tokens of its segments (docs/bundle.md).
   bool segOnTokens = false;
 };
-
-/// Fixed leading arguments (docs/bundle.md).
-enum FixedArg : unsigned {
-  kUnitBegin,
-  kUnitEnd,
-  kNumSeqs,
-  kNumGroups,
-  kNumTokens,
-  kNumNodes,
-  kSeqOffsets,
-  kSeqGroup,
-  kGroupOffsets,
-  kGroupMembers,
-  kNodeParent,
-  kTokenNode,
-  kNumFixed
-};
-
-/// The names of the fixed arguments, in FixedArg order.
-extern const char *const kFixedNames[kNumFixed];
 
 /// The plan of a bundle's arguments and buffers (BufferPlan.cpp).
 struct Abi {
@@ -105,8 +104,8 @@ struct Abi {
   bool needsGroups = false;
   bool needsTree = false;
 
-  unsigned addBuffer(StringRef name, StringRef role, Domain d) {
-    buffers.push_back({name.str(), role.str(), d});
+  unsigned addBuffer(StringRef name, BufferRole role, Domain d) {
+    buffers.push_back({name.str(), role, d});
     return kNumFixed + buffers.size() - 1;
   }
 };

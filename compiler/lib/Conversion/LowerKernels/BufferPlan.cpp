@@ -33,7 +33,7 @@ static void planScratch(Block &body, const llvm::DenseSet<Operation *> &fused,
                         Abi &abi) {
   unsigned scratch = 0;
   auto newScratch = [&](Domain d) {
-    return abi.addBuffer("_t" + std::to_string(scratch++), "scratch", d);
+    return abi.addBuffer("_t" + std::to_string(scratch++), BufferRole::Scratch, d);
   };
   for (auto kernel : body.getOps<KernelOp>()) {
     if (kernel.getGrid() == Domain::Group)
@@ -67,20 +67,19 @@ static void planScratch(Block &body, const llvm::DenseSet<Operation *> &fused,
 
 Abi planAbi(EstimatorOp est, const llvm::DenseSet<Operation *> &fused) {
   Abi abi;
-  for (unsigned i = 0; i < kNumFixed; ++i)
-    abi.args.push_back(
-        {kFixedNames[i], i < kSeqOffsets ? ArgKind::I64 : ArgKind::Ptr});
+  for (const cac::abi::FixedArgInfo &f : cac::abi::kFixedArgs)
+    abi.args.push_back({f.name, f.kind});
   Type ft;
   Block &body = est.getBodyBlock();
   for (auto in : body.getOps<InputOp>()) {
     abi.storage[in.getResult()] =
-        abi.addBuffer(in.getName(), "input", domainOf(in.getResult()));
+        abi.addBuffer(in.getName(), BufferRole::Input, domainOf(in.getResult()));
     ft = elemOf(in.getResult());
   }
   // Each output op gets a buffer; the value it writes is stored there.
   est.walk([&](OutputOp out) {
     bool seg = out->hasAttr("cac.seg");
-    unsigned arg = abi.addBuffer(out.getName(), "output",
+    unsigned arg = abi.addBuffer(out.getName(), BufferRole::Output,
                                  seg ? Domain::Seg : domainOf(out.getValue()));
     abi.buffers.back().segOnTokens = seg;
     abi.outputBuffer[out] = arg;
@@ -93,7 +92,7 @@ Abi planAbi(EstimatorOp est, const llvm::DenseSet<Operation *> &fused) {
     abi.args.push_back({b.name, ArgKind::Ptr});
   for (auto p : body.getOps<ParamOp>()) {
     abi.paramArg[p.getResult()] = abi.args.size();
-    abi.args.push_back({p.getName().str(), ArgKind::Param});
+    abi.args.push_back({p.getName().str(), ArgKind::Scalar});
     std::optional<double> def;
     if (auto d = p.getDefaultValue())
       def = d->convertToDouble();

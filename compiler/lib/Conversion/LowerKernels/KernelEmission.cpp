@@ -26,8 +26,8 @@ struct Lowering {
   OpBuilder &b;
   KernelTarget &target;
 
-  KernelEntry emitTree();
-  KernelEntry emitKernel(KernelOp kernel, StringRef name);
+  cac::abi::KernelSpec emitTree();
+  cac::abi::KernelSpec emitKernel(KernelOp kernel, StringRef name);
 };
 
 } // namespace
@@ -59,7 +59,7 @@ static void storesOf(KernelOp kernel, const Abi &abi,
   }
 }
 
-KernelEntry Lowering::emitTree() {
+cac::abi::KernelSpec Lowering::emitTree() {
   std::string name = est.getSymName().str() + "_tree";
   Location loc = est.getLoc();
   Type ft = abi.floatType;
@@ -69,10 +69,12 @@ KernelEntry Lowering::emitTree() {
     emitTreeBuilder(em, *abi.tree, unit);
   };
   target.createKernel(b, loc, name, abi, emitBody, /*perBlock=*/false);
-  return {name, "node", o.blockSize, "thread", std::nullopt, ""};
+  return {name, cac::abi::Grid::Node, o.blockSize, /*perBlock=*/false,
+          std::nullopt, std::nullopt};
 }
 
-KernelEntry Lowering::emitKernel(KernelOp kernel, StringRef name) {
+cac::abi::KernelSpec Lowering::emitKernel(KernelOp kernel,
+                                              StringRef name) {
   SmallVector<Store> tokenStores, outerStores;
   storesOf(kernel, abi, tokenStores, outerStores);
   Type ft = abi.floatType;
@@ -92,12 +94,12 @@ KernelEntry Lowering::emitKernel(KernelOp kernel, StringRef name) {
     }
   };
   target.createKernel(b, kernel.getLoc(), name, abi, emitBody, perBlock);
-  KernelEntry k{name.str(),
-                stringifyDomain(kernel.getGrid()).str(),
-                perBlock ? o.seqBlock : o.blockSize,
-                perBlock ? "block" : "thread",
-                std::nullopt,
-                ""};
+  cac::abi::KernelSpec k{name.str(),
+                         *cac::abi::gridOf(toAbi(kernel.getGrid())),
+                         perBlock ? o.seqBlock : o.blockSize,
+                         perBlock,
+                         std::nullopt,
+                         std::nullopt};
   if (perBlock) {
     k.items = o.seqItems;
     k.layout = o.seqLayout;
@@ -141,7 +143,7 @@ LogicalResult lowerEstimator(ModuleOp module, EstimatorOp est,
     if (fused.contains(kernel))
       fusedKernels.push_back(kernel);
   Lowering lowering{module, est, o, abi, fusedKernels, b, *target};
-  std::vector<KernelEntry> kernels;
+  std::vector<cac::abi::KernelSpec> kernels;
   if (abi.tree)
     kernels.push_back(lowering.emitTree());
   unsigned launched = 0;
@@ -153,7 +155,7 @@ LogicalResult lowerEstimator(ModuleOp module, EstimatorOp est,
     kernels.push_back(lowering.emitKernel(kernel, name));
   }
   module->setAttr("cac.manifest",
-                  b.getStringAttr(writeManifest(est, abi, kernels)));
+                  b.getStringAttr(manifestText(est, abi, std::move(kernels))));
   return success();
 }
 

@@ -46,7 +46,7 @@ Type argType(OpBuilder &b, const AbiArg &a, Type ft) {
     return b.getI64Type();
   case ArgKind::Ptr:
     return LLVM::LLVMPointerType::get(b.getContext());
-  case ArgKind::Param:
+  case ArgKind::Scalar:
     return ft;
   }
   return {};

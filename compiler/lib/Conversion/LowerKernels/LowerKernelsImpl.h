@@ -12,6 +12,8 @@
 
 #include "KernelTarget.h"
 
+#include "cac/Abi/Manifest.h"
+
 #include <optional>
 
 namespace cac::lowering {
@@ -21,20 +23,10 @@ namespace cac::lowering {
 LogicalResult lowerEstimator(ModuleOp module, EstimatorOp est,
                              const LowerOptions &o);
 
-/// A kernel as the manifest lists it.
-struct KernelEntry {
-  std::string name;
-  std::string grid;  ///< seq, group or node
-  int64_t block = 0; ///< threads per block
-  std::string unit;  ///< thread or block: what runs one unit
-  /// Block kernels: tokens per thread in a tile, and their layout.
-  std::optional<int64_t> items;
-  std::string layout;
-};
-
-/// The bundle's JSON manifest (docs/bundle.md) (Manifest.cpp).
-std::string writeManifest(EstimatorOp est, const Abi &abi,
-                          ArrayRef<KernelEntry> kernels);
+/// The bundle's manifest.json (docs/bundle.md), written by the kernel ABI's
+/// one writer (Manifest.cpp).
+std::string manifestText(EstimatorOp est, const Abi &abi,
+                         std::vector<cac::abi::KernelSpec> kernels);
 
 } // namespace cac::lowering
 
