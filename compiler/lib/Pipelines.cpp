@@ -21,16 +21,9 @@ void cac::buildCacOptimizationPipeline(OpPassManager &pm) {
 }
 
 static cac::CacLowerKernelsOptions lowerOptions(StringRef target,
-                                                const cac::CudaOptions &o) {
-  cac::CacLowerKernelsOptions l;
+                                                const cac::KernelOptions &o) {
+  cac::CacLowerKernelsOptions l = o.lower;
   l.target = target.str();
-  l.blockSize = o.blockSize;
-  l.seqBlock = o.seqBlock;
-  l.seqItems = o.seqItems;
-  l.seqLayout = o.seqLayout;
-  l.seqMinBlocks = o.seqMinBlocks;
-  l.seqPrefetch = o.seqPrefetch;
-  l.seqPrefetchWritten = o.seqPrefetchWritten;
   return l;
 }
 
@@ -44,29 +37,30 @@ static void addLlvmLowering(OpPassManager &pm) {
 }
 
 /// The optimization pipeline, then group fusion when it is on.
-static void addKernelPipeline(OpPassManager &pm, const cac::CudaOptions &o) {
+static void addKernelPipeline(OpPassManager &pm, const cac::KernelOptions &o) {
   cac::buildCacOptimizationPipeline(pm);
   if (o.fuseGroups)
     pm.addNestedPass<cac::ir::EstimatorOp>(cac::ir::createCacFuseGroups());
 }
 
-void cac::buildCudaSimPipeline(OpPassManager &pm, const CudaOptions &options) {
+void cac::buildCudaSimPipeline(OpPassManager &pm,
+                               const KernelOptions &options) {
   addKernelPipeline(pm, options);
   pm.addPass(createCacLowerKernels(lowerOptions("cuda-sim", options)));
   addLlvmLowering(pm);
 }
 
 void cac::buildCpuPipeline(OpPassManager &pm) {
-  buildCpuPipeline(pm, CudaOptions{});
+  buildCpuPipeline(pm, KernelOptions{});
 }
 
-void cac::buildCpuPipeline(OpPassManager &pm, const CudaOptions &options) {
+void cac::buildCpuPipeline(OpPassManager &pm, const KernelOptions &options) {
   addKernelPipeline(pm, options);
   pm.addPass(createCacLowerKernels(lowerOptions("cpu", options)));
   addLlvmLowering(pm);
 }
 
-void cac::buildCudaPipeline(OpPassManager &pm, const CudaOptions &options) {
+void cac::buildCudaPipeline(OpPassManager &pm, const KernelOptions &options) {
   addKernelPipeline(pm, options);
   pm.addPass(createCacLowerKernels(lowerOptions("cuda", options)));
   pm.addPass(createCanonicalizerPass());
@@ -115,9 +109,9 @@ void cac::registerCacPasses() {
       [](OpPassManager &pm) { buildCpuPipeline(pm); });
   PassPipelineRegistration<>(
       "cac-to-ptx", "Lower a cac estimator to PTX for sm_90",
-      [](OpPassManager &pm) { buildCudaPipeline(pm, CudaOptions{}); });
+      [](OpPassManager &pm) { buildCudaPipeline(pm, KernelOptions{}); });
   PassPipelineRegistration<>(
       "cac-to-gpu-sim",
       "Lower a cac estimator to CPU functions that simulate its GPU blocks",
-      [](OpPassManager &pm) { buildCudaSimPipeline(pm, CudaOptions{}); });
+      [](OpPassManager &pm) { buildCudaSimPipeline(pm, KernelOptions{}); });
 }
