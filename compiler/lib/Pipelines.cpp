@@ -21,16 +21,9 @@ void cac::buildCacOptimizationPipeline(OpPassManager &pm) {
 }
 
 static cac::CacLowerKernelsOptions lowerOptions(StringRef target,
-                                                const cac::CudaOptions &o) {
-  cac::CacLowerKernelsOptions l;
+                                                const cac::KernelOptions &o) {
+  cac::CacLowerKernelsOptions l = o.lower;
   l.target = target.str();
-  l.blockSize = o.blockSize;
-  l.seqBlock = o.seqBlock;
-  l.seqItems = o.seqItems;
-  l.seqLayout = o.seqLayout;
-  l.seqMinBlocks = o.seqMinBlocks;
-  l.seqPrefetch = o.seqPrefetch;
-  l.seqPrefetchWritten = o.seqPrefetchWritten;
   return l;
 }
 
@@ -44,29 +37,30 @@ static void addLlvmLowering(OpPassManager &pm) {
 }
 
 /// The optimization pipeline, then group fusion when it is on.
-static void addKernelPipeline(OpPassManager &pm, const cac::CudaOptions &o) {
+static void addKernelPipeline(OpPassManager &pm, const cac::KernelOptions &o) {
   cac::buildCacOptimizationPipeline(pm);
   if (o.fuseGroups)
     pm.addNestedPass<cac::ir::EstimatorOp>(cac::ir::createCacFuseGroups());
 }
 
-void cac::buildCudaSimPipeline(OpPassManager &pm, const CudaOptions &options) {
+void cac::buildCudaSimPipeline(OpPassManager &pm,
+                               const KernelOptions &options) {
   addKernelPipeline(pm, options);
   pm.addPass(createCacLowerKernels(lowerOptions("cuda-sim", options)));
   addLlvmLowering(pm);
 }
 
 void cac::buildCpuPipeline(OpPassManager &pm) {
-  buildCpuPipeline(pm, CudaOptions{});
+  buildCpuPipeline(pm, KernelOptions{});
 }
 
-void cac::buildCpuPipeline(OpPassManager &pm, const CudaOptions &options) {
+void cac::buildCpuPipeline(OpPassManager &pm, const KernelOptions &options) {
   addKernelPipeline(pm, options);
   pm.addPass(createCacLowerKernels(lowerOptions("cpu", options)));
   addLlvmLowering(pm);
 }
 
-void cac::buildCudaPipeline(OpPassManager &pm, const CudaOptions &options) {
+void cac::buildCudaPipeline(OpPassManager &pm, const KernelOptions &options) {
   addKernelPipeline(pm, options);
   pm.addPass(createCacLowerKernels(lowerOptions("cuda", options)));
   pm.addPass(createCanonicalizerPass());
@@ -107,17 +101,56 @@ std::string cac::findLibdevice() {
   return "";
 }
 
+/// Registers a kernel pipeline for cac-opt with the options of `cac compile`:
+/// `fuse-groups` (the pipeline's own) and every option of cac-lower-kernels
+/// but its target, which the lowering pass parses itself (their one
+/// declaration): `cac-to-ptx{seq-block=64 fuse-groups=false}`.
+static void registerKernelPipeline(StringRef name, StringRef description,
+                                   void (*build)(OpPassManager &,
+                                                 const cac::KernelOptions &)) {
+  auto function =
+      [build](
+          OpPassManager &pm, StringRef options,
+          function_ref<LogicalResult(const Twine &)> error) -> LogicalResult {
+    cac::KernelOptions o;
+    std::string lowering;
+    SmallVector<StringRef> words;
+    options.split(words, ' ', /*MaxSplit=*/-1, /*KeepEmpty=*/false);
+    for (StringRef word : words) {
+      auto [key, value] = word.split('=');
+      if (key == "target")
+        return error("the pipeline sets cac-lower-kernels' target");
+      if (key != "fuse-groups") {
+        lowering += (lowering.empty() ? "" : " ") + word.str();
+        continue;
+      }
+      if (value.empty() || value == "true" || value == "1")
+        o.fuseGroups = true;
+      else if (value == "false" || value == "0")
+        o.fuseGroups = false;
+      else
+        return error("fuse-groups must be true or false, not '" + value + "'");
+    }
+    build(pm, o);
+    for (Pass &pass : pm.getPasses())
+      if (pass.getArgument() == "cac-lower-kernels")
+        return pass.initializeOptions(lowering, error);
+    return success();
+  };
+  registerPassPipeline(name, description, function,
+                       [](function_ref<void(const detail::PassOptions &)>) {});
+}
+
 void cac::registerCacPasses() {
   ir::registerCacTransformsPasses();
   registerCacConversionPasses();
-  PassPipelineRegistration<>(
-      "cac-to-cpu", "Lower a cac estimator to LLVM dialect CPU kernels",
-      [](OpPassManager &pm) { buildCpuPipeline(pm); });
-  PassPipelineRegistration<>(
-      "cac-to-ptx", "Lower a cac estimator to PTX for sm_90",
-      [](OpPassManager &pm) { buildCudaPipeline(pm, CudaOptions{}); });
-  PassPipelineRegistration<>(
+  registerKernelPipeline("cac-to-cpu",
+                         "Lower a cac estimator to LLVM dialect CPU kernels",
+                         buildCpuPipeline);
+  registerKernelPipeline("cac-to-ptx", "Lower a cac estimator to PTX for sm_90",
+                         buildCudaPipeline);
+  registerKernelPipeline(
       "cac-to-gpu-sim",
       "Lower a cac estimator to CPU functions that simulate its GPU blocks",
-      [](OpPassManager &pm) { buildCudaSimPipeline(pm, CudaOptions{}); });
+      buildCudaSimPipeline);
 }

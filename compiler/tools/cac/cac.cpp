@@ -8,7 +8,6 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "cac/Conversion/BlockKernels.h"
 #include "cac/DSL/AST.h"
 #include "cac/Driver/Driver.h"
 #include "cac/Eval/Batch.h"
@@ -77,41 +76,44 @@ static cl::opt<std::string> backend(
     cl::desc("eval backend: cpu, eager, or gpu-sim (the GPU kernels' block "
              "algorithms run by CPU threads, one per GPU thread)"),
     cl::init("cpu"), cl::cat(cat));
+/// The lowering options' defaults, from their one declaration (the ODS
+/// options of cac-lower-kernels).
+static const cac::CacLowerKernelsOptions kLowerDefaults;
 static cl::opt<int64_t> seqBlock(
     "seq-block",
     cl::desc("GPU: threads per block of the block-per-sequence kernels (a "
              "power of 2 up to 1024; 0: one thread per sequence)"),
-    cl::init(128), cl::cat(cat));
+    cl::init(kLowerDefaults.seqBlock), cl::cat(cat));
 static cl::opt<int64_t> seqItems(
     "seq-items",
     cl::desc("GPU: tokens per thread in a tile of a "
              "block-per-sequence kernel (1 to 16)"),
-    cl::init(4), cl::cat(cat));
+    cl::init(kLowerDefaults.seqItems), cl::cat(cat));
 static cl::opt<std::string> seqLayout(
     "seq-layout",
     cl::desc("GPU: which tokens of a tile a thread of a block-per-sequence "
              "kernel takes: blocked (--seq-items consecutive ones), striped "
              "(one per row of --seq-block tokens: contiguous warp accesses) "
              "or auto (default: striped in loops without a scan)"),
-    cl::init("auto"), cl::cat(cat));
+    cl::init(kLowerDefaults.seqLayout), cl::cat(cat));
 static cl::opt<int64_t> seqMinBlocks(
     "seq-min-blocks",
     cl::desc("GPU: blocks of a block-per-sequence kernel that must fit on one "
              "SM at once (PTX .minnctapersm; ptxas bounds the registers to "
              "fit them); 0 (default): no bound"),
-    cl::init(0), cl::cat(cat));
+    cl::init(kLowerDefaults.seqMinBlocks), cl::cat(cat));
 static cl::opt<bool> seqPrefetch(
     "seq-prefetch",
     cl::desc("GPU: each tile of a block-per-sequence kernel asks L2 for the "
              "next tile's tokens (PTX prefetch.L2; default on, "
              "--seq-prefetch=false turns it off)"),
-    cl::init(true), cl::cat(cat));
+    cl::init(kLowerDefaults.seqPrefetch), cl::cat(cat));
 static cl::opt<bool> seqPrefetchWritten(
     "seq-prefetch-written",
     cl::desc("GPU, with --seq-prefetch: also prefetch the buffers the kernel "
              "itself wrote in an earlier loop (scans, ranks; default on); "
              "=false: only the ones it did not write"),
-    cl::init(true), cl::cat(cat));
+    cl::init(kLowerDefaults.seqPrefetchWritten), cl::cat(cat));
 static cl::opt<bool> fuseGroups(
     "fuse-groups",
     cl::desc("compute a group kernel that reads only inputs (GRPO's and "
@@ -196,31 +198,23 @@ llvm::Expected<cac::RunEagerFn> loadEagerPlugin() {
 
 /// The lowering options from the command line (every pipeline takes the
 /// ones it honours).
-static cac::CudaOptions loweringOptions() {
-  cac::CudaOptions opts;
+static cac::KernelOptions loweringOptions() {
+  cac::KernelOptions opts;
   opts.chip = arch;
-  opts.seqBlock = seqBlock;
-  opts.seqItems = seqItems;
-  opts.seqLayout = seqLayout;
-  opts.seqMinBlocks = seqMinBlocks;
-  opts.seqPrefetch = seqPrefetch;
-  opts.seqPrefetchWritten = seqPrefetchWritten;
+  opts.lower.seqBlock = seqBlock;
+  opts.lower.seqItems = seqItems;
+  opts.lower.seqLayout = seqLayout;
+  opts.lower.seqMinBlocks = seqMinBlocks;
+  opts.lower.seqPrefetch = seqPrefetch;
+  opts.lower.seqPrefetchWritten = seqPrefetchWritten;
   opts.fuseGroups = fuseGroups;
   return opts;
 }
 
 int realMain() {
-  if (!cac::isValidSeqBlock(seqBlock))
-    return fail("--seq-block must be 0 or a power of 2 up to 1024, not " +
-                llvm::Twine(seqBlock));
-  if (!cac::isValidSeqItems(seqItems))
-    return fail("--seq-items must be in [1, 16], not " + llvm::Twine(seqItems));
-  if (!cac::isValidSeqMinBlocks(seqMinBlocks))
-    return fail("--seq-min-blocks must be in [0, 32], not " +
-                llvm::Twine(seqMinBlocks));
-  if (!cac::isValidSeqLayout(seqLayout.getValue()))
-    return fail("--seq-layout must be auto, blocked or striped, not '" +
-                seqLayout.getValue() + "'");
+  if (std::string err = cac::lowerKernelsOptionsError(loweringOptions().lower);
+      !err.empty())
+    return fail("--" + err);
   DialectRegistry registry;
   cac::registerAllDialects(registry);
   MLIRContext ctx(registry);
@@ -273,7 +267,7 @@ int realMain() {
         return 1;
       return print(*module);
     }
-    const cac::CudaOptions opts = loweringOptions();
+    const cac::KernelOptions opts = loweringOptions();
     auto cpuPipeline = [&](OpPassManager &pm) {
       cac::buildCpuPipeline(pm, opts);
     };
@@ -402,7 +396,7 @@ int realMain() {
 #endif
     } else if (backend == "cpu" || backend == "gpu-sim") {
       bool sim = backend == "gpu-sim";
-      const cac::CudaOptions opts = loweringOptions();
+      const cac::KernelOptions opts = loweringOptions();
       if (failed(runPipeline(ctx, *module, [&](OpPassManager &pm) {
             if (sim)
               cac::buildCudaSimPipeline(pm, opts);

@@ -10,7 +10,6 @@
 #define CAC_CONVERSION_BLOCKKERNELS_H
 
 #include <cstdint>
-#include <string>
 
 namespace cac {
 
@@ -27,21 +26,6 @@ inline int64_t blockExchangeOffset(int64_t threads) {
 /// partials, then the exchange area (one element per thread).
 inline int64_t blockSharedElements(int64_t threads) {
   return blockExchangeOffset(threads) + threads;
-}
-
-/// `seq-block`: 0 (one thread per sequence) or a power of 2 up to 1024.
-inline bool isValidSeqBlock(int64_t threads) {
-  return threads >= 0 && threads <= 1024 && (threads & (threads - 1)) == 0;
-}
-/// `seq-items`: consecutive tokens per thread in a tile, 1 to 16.
-inline bool isValidSeqItems(int64_t items) { return items >= 1 && items <= 16; }
-/// `seq-min-blocks`: 0 (no bound) to 32 blocks on an SM.
-inline bool isValidSeqMinBlocks(int64_t blocks) {
-  return blocks >= 0 && blocks <= 32;
-}
-/// `seq-layout`: "auto", "blocked" or "striped".
-inline bool isValidSeqLayout(const std::string &layout) {
-  return layout == "auto" || layout == "blocked" || layout == "striped";
 }
 
 /// The host function `void(void *barrier)` that simulated block kernels

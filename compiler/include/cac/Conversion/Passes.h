@@ -16,6 +16,11 @@ namespace cac {
 #include "cac/Conversion/Passes.h.inc"
 #define GEN_PASS_REGISTRATION
 #include "cac/Conversion/Passes.h.inc"
+
+/// Why `o` is not a valid set of cac-lower-kernels options (e.g. "seq-block
+/// must be 0 or a power of 2 up to 1024, not 48"), or "" when it is: the one
+/// check of them, for the pass and for `cac`'s command line.
+std::string lowerKernelsOptionsError(const CacLowerKernelsOptions &o);
 } // namespace cac
 
 #endif // CAC_CONVERSION_PASSES_H

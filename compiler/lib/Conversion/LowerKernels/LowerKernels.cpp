@@ -8,7 +8,6 @@
 //===----------------------------------------------------------------------===//
 
 #include "LowerKernelsImpl.h"
-#include "cac/Conversion/BlockKernels.h"
 
 namespace cac {
 #define GEN_PASS_DEF_CACLOWERKERNELS
@@ -18,6 +17,26 @@ namespace cac {
 using namespace mlir;
 using namespace cac::ir;
 
+std::string cac::lowerKernelsOptionsError(const CacLowerKernelsOptions &o) {
+  auto isPowerOf2 = [](int64_t x) { return x > 0 && (x & (x - 1)) == 0; };
+  if (o.target != "cpu" && o.target != "cuda" && o.target != "cuda-sim")
+    return "target must be cpu, cuda or cuda-sim, not '" + o.target + "'";
+  if (o.seqBlock < 0 || o.seqBlock > 1024 ||
+      (o.seqBlock != 0 && !isPowerOf2(o.seqBlock)))
+    return "seq-block must be 0 or a power of 2 up to 1024, not " +
+           std::to_string(o.seqBlock);
+  if (o.seqItems < 1 || o.seqItems > 16)
+    return "seq-items must be in [1, 16], not " + std::to_string(o.seqItems);
+  if (o.seqMinBlocks < 0 || o.seqMinBlocks > 32)
+    return "seq-min-blocks must be in [0, 32], not " +
+           std::to_string(o.seqMinBlocks);
+  if (o.seqLayout != "auto" && o.seqLayout != "blocked" &&
+      o.seqLayout != "striped")
+    return "seq-layout must be auto, blocked or striped, not '" + o.seqLayout +
+           "'";
+  return "";
+}
+
 namespace {
 
 struct LowerKernelsPass
@@ -26,24 +45,6 @@ struct LowerKernelsPass
 
   /// The options as one struct, or failure (reported) if one is invalid.
   FailureOr<cac::CacLowerKernelsOptions> options(ModuleOp module) {
-    auto fail = [&](StringRef what) {
-      module.emitError("cac-lower-kernels: ") << what;
-      return failure();
-    };
-    if (target != "cpu" && target != "cuda" && target != "cuda-sim")
-      return fail("target must be cpu, cuda or cuda-sim, not '" + target + "'");
-    if (!cac::isValidSeqBlock(seqBlock))
-      return fail("seq-block must be 0 or a power of 2 up to 1024, not " +
-                  std::to_string(seqBlock.getValue()));
-    if (!cac::isValidSeqItems(seqItems))
-      return fail("seq-items must be in [1, 16], not " +
-                  std::to_string(seqItems.getValue()));
-    if (!cac::isValidSeqMinBlocks(seqMinBlocks))
-      return fail("seq-min-blocks must be in [0, 32], not " +
-                  std::to_string(seqMinBlocks.getValue()));
-    if (!cac::isValidSeqLayout(seqLayout))
-      return fail("seq-layout must be auto, blocked or striped, not '" +
-                  seqLayout + "'");
     cac::CacLowerKernelsOptions o;
     o.target = target;
     o.blockSize = blockSize;
@@ -53,6 +54,10 @@ struct LowerKernelsPass
     o.seqPrefetchWritten = seqPrefetchWritten;
     o.seqMinBlocks = seqMinBlocks;
     o.seqLayout = seqLayout;
+    if (std::string err = cac::lowerKernelsOptionsError(o); !err.empty()) {
+      module.emitError("cac-lower-kernels: ") << err;
+      return failure();
+    }
     return o;
   }
 
