@@ -197,113 +197,10 @@ private:
     anyFloat = g;
     Value r = op->getResult(0);
     Value zero = constant(0.0);
-    if (auto bo = dyn_cast<cir::BinaryOp>(op)) {
-      Value x = bo.getLhs(), y = bo.getRhs();
-      switch (bo.getKind()) {
-      case cir::BinaryKind::Add:
-        accumulate(x, g);
-        accumulate(y, g);
-        return success();
-      case cir::BinaryKind::Sub:
-        accumulate(x, g);
-        if (active.contains(y))
-          accumulate(y, neg(g));
-        return success();
-      case cir::BinaryKind::Mul:
-        if (active.contains(x))
-          accumulate(x, mul(g, y));
-        if (active.contains(y))
-          accumulate(y, mul(g, x));
-        return success();
-      case cir::BinaryKind::Div:
-        if (active.contains(x))
-          accumulate(x, div(g, y));
-        if (active.contains(y))
-          accumulate(y, neg(div(mul(g, r), y)));
-        return success();
-      case cir::BinaryKind::Min:
-      case cir::BinaryKind::Max: {
-        // Each side gets g where it is the result, g/2 on ties (PyTorch's
-        // minimum/maximum).
-        bool isMin = bo.getKind() == cir::BinaryKind::Min;
-        Value half = mul(g, constant(0.5));
-        Value tie = cmp(cir::CmpPredicate::EQ, x, y);
-        Value shared = select(tie, half, g);
-        if (active.contains(x))
-          accumulate(x, select(cmp(isMin ? cir::CmpPredicate::GT
-                                         : cir::CmpPredicate::LT,
-                                   x, y),
-                               zero, shared));
-        if (active.contains(y))
-          accumulate(y, select(cmp(isMin ? cir::CmpPredicate::LT
-                                         : cir::CmpPredicate::GT,
-                                   x, y),
-                               zero, shared));
-        return success();
-      }
-      case cir::BinaryKind::Pow: {
-        if (active.contains(x)) {
-          // y * x^(y-1), and 0 where y == 0.
-          Value d = mul(y, bin(cir::BinaryKind::Pow, x,
-                               sub(y, constant(1.0))));
-          accumulate(x, select(cmp(cir::CmpPredicate::EQ, y, zero), zero,
-                               mul(g, d)));
-        }
-        if (active.contains(y)) {
-          // x^y * log(x), and 0 where x == 0 and y >= 0.
-          Value d = mul(r, unary(cir::UnaryKind::Log, x));
-          Value cut = b.create<cir::BinaryOp>(
-              loc, cir::BinaryKind::And,
-              broadcast(cmp(cir::CmpPredicate::EQ, x, zero),
-                        typeOf(r).getDomain()),
-              broadcast(cmp(cir::CmpPredicate::GE, y, zero),
-                        typeOf(r).getDomain()));
-          accumulate(y, select(cut, zero, mul(g, d)));
-        }
-        return success();
-      }
-      case cir::BinaryKind::Mod:
-        if (active.contains(y))
-          return fail(op, "'mod' has no gradient with respect to its "
-                          "divisor here");
-        accumulate(x, g);
-        return success();
-      case cir::BinaryKind::And:
-      case cir::BinaryKind::Or:
-        return success();
-      }
-      return success();
-    }
-    if (auto u = dyn_cast<cir::UnaryOp>(op)) {
-      Value x = u.getOperand();
-      switch (u.getKind()) {
-      case cir::UnaryKind::Neg:
-        accumulate(x, neg(g));
-        return success();
-      case cir::UnaryKind::Exp:
-        accumulate(x, mul(g, r));
-        return success();
-      case cir::UnaryKind::Log:
-        accumulate(x, div(g, x));
-        return success();
-      case cir::UnaryKind::Sqrt:
-        accumulate(x, div(g, mul(r, constant(2.0))));
-        return success();
-      case cir::UnaryKind::Abs: {
-        Value one = constant(1.0);
-        Value sgn = select(cmp(cir::CmpPredicate::GT, x, zero), one,
-                           select(cmp(cir::CmpPredicate::LT, x, zero),
-                                  constant(-1.0), zero));
-        accumulate(x, mul(g, sgn));
-        return success();
-      }
-      case cir::UnaryKind::Sigmoid:
-        accumulate(x, mul(g, mul(r, sub(constant(1.0), r))));
-        return success();
-      default:
-        return success();
-      }
-    }
+    if (auto bo = dyn_cast<cir::BinaryOp>(op))
+      return backpropBinary(bo, g, r, zero);
+    if (auto u = dyn_cast<cir::UnaryOp>(op))
+      return backpropUnary(u, g, r, zero);
     if (auto s = dyn_cast<cir::SelectOp>(op)) {
       accumulate(s.getTrueValue(), select(s.getCondition(), g, zero));
       accumulate(s.getFalseValue(), select(s.getCondition(), zero, g));
@@ -321,35 +218,151 @@ private:
     }
     if (auto red = dyn_cast<cir::ReduceOp>(op))
       return backpropReduce(red, g);
-    if (auto sh = dyn_cast<cir::ShiftOp>(op)) {
-      // y[t] = x[t+k] inside the sequence, fill[t] outside it.
-      int64_t k = sh.getOffset();
-      accumulate(sh.getOperand(), shift(g, -k, zero));
-      if (active.contains(sh.getFill())) {
-        Value shifted = add(position(), constant(double(k)));
-        Value outside =
-            k >= 0 ? cmp(cir::CmpPredicate::GE, shifted, length())
-                   : cmp(cir::CmpPredicate::LT, shifted, zero);
-        accumulate(sh.getFill(), select(outside, g, zero));
-      }
-      return success();
-    }
-    if (auto sc = dyn_cast<cir::ScanOp>(op)) {
-      // y[t] = x[t] + c[t] * y[t -+ 1]: the adjoint of x is the scan of g in
-      // the other direction with the decay shifted by one token; that of c
-      // is it times the neighbour y the recurrence read.
-      bool rev = sc.getReverse();
-      Value c = sc.getDecay();
-      Value gx = b.create<cir::ScanOp>(loc, g.getType(), g,
-                                       shift(c, rev ? -1 : 1, zero), !rev);
-      accumulate(sc.getInput(), gx);
-      if (active.contains(c))
-        accumulate(c, mul(gx, shift(r, rev ? 1 : -1, zero)));
-      return success();
-    }
+    if (auto sh = dyn_cast<cir::ShiftOp>(op))
+      return backpropShift(sh, g, zero);
+    if (auto sc = dyn_cast<cir::ScanOp>(op))
+      return backpropScan(sc, g, r, zero);
     return fail(op, "'" + op->getName().getStringRef().str() +
                         "' has no gradient rule (tree operations cannot be "
                         "differentiated yet)");
+  }
+
+  /// The rule of a binary op: `r` is its result, `zero` the constant 0
+  /// that backprop made before dispatching.
+  LogicalResult backpropBinary(cir::BinaryOp bo, Value g, Value r, Value zero) {
+    Operation *op = bo.getOperation();
+    Value x = bo.getLhs(), y = bo.getRhs();
+    switch (bo.getKind()) {
+    case cir::BinaryKind::Add:
+      accumulate(x, g);
+      accumulate(y, g);
+      return success();
+    case cir::BinaryKind::Sub:
+      accumulate(x, g);
+      if (active.contains(y))
+        accumulate(y, neg(g));
+      return success();
+    case cir::BinaryKind::Mul:
+      if (active.contains(x))
+        accumulate(x, mul(g, y));
+      if (active.contains(y))
+        accumulate(y, mul(g, x));
+      return success();
+    case cir::BinaryKind::Div:
+      if (active.contains(x))
+        accumulate(x, div(g, y));
+      if (active.contains(y))
+        accumulate(y, neg(div(mul(g, r), y)));
+      return success();
+    case cir::BinaryKind::Min:
+    case cir::BinaryKind::Max: {
+      // Each side gets g where it is the result, g/2 on ties (PyTorch's
+      // minimum/maximum).
+      bool isMin = bo.getKind() == cir::BinaryKind::Min;
+      Value half = mul(g, constant(0.5));
+      Value tie = cmp(cir::CmpPredicate::EQ, x, y);
+      Value shared = select(tie, half, g);
+      if (active.contains(x))
+        accumulate(
+            x, select(cmp(isMin ? cir::CmpPredicate::GT : cir::CmpPredicate::LT,
+                          x, y),
+                      zero, shared));
+      if (active.contains(y))
+        accumulate(
+            y, select(cmp(isMin ? cir::CmpPredicate::LT : cir::CmpPredicate::GT,
+                          x, y),
+                      zero, shared));
+      return success();
+    }
+    case cir::BinaryKind::Pow: {
+      if (active.contains(x)) {
+        // y * x^(y-1), and 0 where y == 0.
+        Value d = mul(y, bin(cir::BinaryKind::Pow, x, sub(y, constant(1.0))));
+        accumulate(
+            x, select(cmp(cir::CmpPredicate::EQ, y, zero), zero, mul(g, d)));
+      }
+      if (active.contains(y)) {
+        // x^y * log(x), and 0 where x == 0 and y >= 0.
+        Value d = mul(r, unary(cir::UnaryKind::Log, x));
+        Value cut = b.create<cir::BinaryOp>(
+            loc, cir::BinaryKind::And,
+            broadcast(cmp(cir::CmpPredicate::EQ, x, zero),
+                      typeOf(r).getDomain()),
+            broadcast(cmp(cir::CmpPredicate::GE, y, zero),
+                      typeOf(r).getDomain()));
+        accumulate(y, select(cut, zero, mul(g, d)));
+      }
+      return success();
+    }
+    case cir::BinaryKind::Mod:
+      if (active.contains(y))
+        return fail(op, "'mod' has no gradient with respect to its "
+                        "divisor here");
+      accumulate(x, g);
+      return success();
+    case cir::BinaryKind::And:
+    case cir::BinaryKind::Or:
+      return success();
+    }
+    return success();
+  }
+
+  LogicalResult backpropUnary(cir::UnaryOp u, Value g, Value r, Value zero) {
+    Value x = u.getOperand();
+    switch (u.getKind()) {
+    case cir::UnaryKind::Neg:
+      accumulate(x, neg(g));
+      return success();
+    case cir::UnaryKind::Exp:
+      accumulate(x, mul(g, r));
+      return success();
+    case cir::UnaryKind::Log:
+      accumulate(x, div(g, x));
+      return success();
+    case cir::UnaryKind::Sqrt:
+      accumulate(x, div(g, mul(r, constant(2.0))));
+      return success();
+    case cir::UnaryKind::Abs: {
+      Value one = constant(1.0);
+      Value sgn = select(
+          cmp(cir::CmpPredicate::GT, x, zero), one,
+          select(cmp(cir::CmpPredicate::LT, x, zero), constant(-1.0), zero));
+      accumulate(x, mul(g, sgn));
+      return success();
+    }
+    case cir::UnaryKind::Sigmoid:
+      accumulate(x, mul(g, mul(r, sub(constant(1.0), r))));
+      return success();
+    default:
+      return success();
+    }
+  }
+
+  LogicalResult backpropShift(cir::ShiftOp sh, Value g, Value zero) {
+    // y[t] = x[t+k] inside the sequence, fill[t] outside it.
+    int64_t k = sh.getOffset();
+    accumulate(sh.getOperand(), shift(g, -k, zero));
+    if (active.contains(sh.getFill())) {
+      Value shifted = add(position(), constant(double(k)));
+      Value outside = k >= 0 ? cmp(cir::CmpPredicate::GE, shifted, length())
+                             : cmp(cir::CmpPredicate::LT, shifted, zero);
+      accumulate(sh.getFill(), select(outside, g, zero));
+    }
+    return success();
+  }
+
+  LogicalResult backpropScan(cir::ScanOp sc, Value g, Value r, Value zero) {
+    // y[t] = x[t] + c[t] * y[t -+ 1]: the adjoint of x is the scan of g in
+    // the other direction with the decay shifted by one token; that of c
+    // is it times the neighbour y the recurrence read.
+    bool rev = sc.getReverse();
+    Value c = sc.getDecay();
+    Value gx = b.create<cir::ScanOp>(loc, g.getType(), g,
+                                     shift(c, rev ? -1 : 1, zero), !rev);
+    accumulate(sc.getInput(), gx);
+    if (active.contains(c))
+      accumulate(c, mul(gx, shift(r, rev ? 1 : -1, zero)));
+    return success();
   }
 
   LogicalResult backpropReduce(cir::ReduceOp red, Value g) {

@@ -222,28 +222,29 @@ std::vector<std::string> BundleEstimator::paramNames() const {
   return out;
 }
 
-TensorMap BundleEstimator::run(const TensorMap &inputs,
-                               const PackedBatch &batch, const ParamMap &params,
-                               const RunOptions &options) const {
-  const Manifest &m = manifest();
-  const std::string who = "bundle '" + m.estimator + "'";
+namespace {
 
-  // Reject names the bundle does not know: a typo would otherwise silently
-  // leave an input missing or a parameter at its default.
-  if (!options.allowExtra) {
-    for (const auto &[name, t] : inputs) {
-      int b = m.findBuffer(name);
-      if (b < 0 || m.buffers[b].role != BufferRole::Input)
-        throw BundleError(who + ": unknown input '" + name +
-                          "' (inputs: " + joinNames(inputNames()) + ")");
-    }
-    for (const auto &[name, v] : params)
-      if (m.findParam(name) < 0)
-        throw BundleError(who + ": unknown parameter '" + name +
-                          "' (parameters: " + joinNames(paramNames()) + ")");
+/// Rejects names the bundle does not know: a typo would otherwise silently
+/// leave an input missing or a parameter at its default.
+void rejectUnknownNames(const BundleEstimator &e, const std::string &who,
+                        const TensorMap &inputs, const ParamMap &params) {
+  const Manifest &m = e.manifest();
+  for (const auto &[name, t] : inputs) {
+    int b = m.findBuffer(name);
+    if (b < 0 || m.buffers[b].role != BufferRole::Input)
+      throw BundleError(who + ": unknown input '" + name +
+                        "' (inputs: " + joinNames(e.inputNames()) + ")");
   }
+  for (const auto &[name, v] : params)
+    if (m.findParam(name) < 0)
+      throw BundleError(who + ": unknown parameter '" + name +
+                        "' (parameters: " + joinNames(e.paramNames()) + ")");
+}
 
-  // The device: where the inputs are (all on one), else the batch's.
+/// The device to run on: where the inputs are (all on one), else the
+/// batch's.
+at::Device runDevice(const Manifest &m, const std::string &who,
+                     const TensorMap &inputs, const PackedBatch &batch) {
   std::optional<at::Device> device;
   std::string firstOnDevice;
   for (const BufferSpec &b : m.buffers) {
@@ -265,28 +266,49 @@ TensorMap BundleEstimator::run(const TensorMap &inputs,
   if (!dev.is_cpu() && !dev.is_cuda())
     throw BundleError(who + ": cannot run on device " + dev.str() +
                       " (CPU or CUDA only)");
-  const bool onCuda = dev.is_cuda();
-  // Resolve the module first: a missing host.so/kernels.ptx is the error to
-  // report, not a size mismatch.
-  const CpuModule *cpu = onCuda ? nullptr : &bundle_->cpu();
-  const CudaModule *cuda = onCuda ? &bundle_->cuda() : nullptr;
-  const int ordinal = onCuda && dev.has_index() ? dev.index() : 0;
+  return dev;
+}
 
-  PackedBatch b = batch.device() == dev ? batch : batch.to(dev);
-  if (m.needsTree && !b.hasTree())
-    throw BundleError(who + " needs a rollout tree (node_parent, token_node) "
-                            "but the batch has none: call "
-                            "PackedBatch::setTree");
+/// The buffer of input \p spec: checked, packed if given padded, converted
+/// to the manifest's dtype on the run's device (\p opts).
+at::Tensor inputBuffer(const BufferSpec &spec, const std::string &who,
+                       const TensorMap &inputs, const PackedBatch &b,
+                       int64_t size, const at::TensorOptions &opts) {
+  const std::string expected = std::string(sizeSymbol(spec.domain)) + "] = [" +
+                               std::to_string(size) + "]";
+  auto it = inputs.find(spec.name);
+  if (it == inputs.end() || !it->second.defined())
+    throw BundleError(who + ": missing input '" + spec.name + "' (" +
+                      abi::spelling(spec.domain) + ", " +
+                      abi::spelling(spec.dtype) + ", [" + expected + ")");
+  at::Tensor t = it->second;
+  if (at::isComplexType(t.scalar_type()))
+    throw BundleError(who + ": input '" + spec.name +
+                      "' is complex; expected real or integer values");
+  const bool perToken =
+      spec.domain == Domain::Token || spec.domain == Domain::Seg;
+  if (perToken && t.dim() == 2 && t.size(0) == b.numSeqs())
+    t = b.pack(t);
+  if (t.dim() != 1 || t.size(0) != size)
+    throw BundleError(who + ": input '" + spec.name + "' (" +
+                      abi::spelling(spec.domain) + "): expected [" + expected +
+                      (perToken ? " (packed) or [B, T] padded" : "") +
+                      ", got shape " + shapeOf(t));
+  return t.to(opts).contiguous();
+}
 
-  // Buffers, in manifest order.
+/// The buffers, in manifest order: the inputs, and fresh outputs and
+/// scratch.
+std::vector<at::Tensor> makeBuffers(const Manifest &m, const std::string &who,
+                                    const TensorMap &inputs,
+                                    const PackedBatch &b, at::Device dev,
+                                    const RunOptions &options) {
   std::vector<at::Tensor> buffers(m.buffers.size());
   for (size_t i = 0; i < m.buffers.size(); ++i) {
     const BufferSpec &spec = m.buffers[i];
     const int64_t size = domainSize(spec.domain, b);
     const at::TensorOptions opts =
         at::TensorOptions().dtype(scalarType(spec.dtype)).device(dev);
-    const std::string expected = std::string(sizeSymbol(spec.domain)) +
-                                 "] = [" + std::to_string(size) + "]";
     if (spec.role != BufferRole::Input) {
       // No zero fill: every kernel writes each element of the outputs it
       // owns, and scratch is read only where written (docs/bundle.md), so a
@@ -296,29 +318,14 @@ TensorMap BundleEstimator::run(const TensorMap &inputs,
                        : at::empty({size}, opts);
       continue;
     }
-    auto it = inputs.find(spec.name);
-    if (it == inputs.end() || !it->second.defined())
-      throw BundleError(who + ": missing input '" + spec.name + "' (" +
-                        abi::spelling(spec.domain) + ", " +
-                        abi::spelling(spec.dtype) + ", [" + expected + ")");
-    at::Tensor t = it->second;
-    if (at::isComplexType(t.scalar_type()))
-      throw BundleError(who + ": input '" + spec.name +
-                        "' is complex; expected real or integer values");
-    const bool perToken =
-        spec.domain == Domain::Token || spec.domain == Domain::Seg;
-    if (perToken && t.dim() == 2 && t.size(0) == b.numSeqs())
-      t = b.pack(t);
-    if (t.dim() != 1 || t.size(0) != size)
-      throw BundleError(who + ": input '" + spec.name + "' (" +
-                        abi::spelling(spec.domain) + "): expected [" +
-                        expected +
-                        (perToken ? " (packed) or [B, T] padded" : "") +
-                        ", got shape " + shapeOf(t));
-    buffers[i] = t.to(opts).contiguous();
+    buffers[i] = inputBuffer(spec, who, inputs, b, size, opts);
   }
+  return buffers;
+}
 
-  // Parameter values: given, else the default, else an error.
+/// Parameter values: given, else the default, else an error.
+std::vector<double> paramValuesOf(const Manifest &m, const std::string &who,
+                                  const ParamMap &params) {
   std::vector<double> paramValues(m.params.size());
   for (size_t i = 0; i < m.params.size(); ++i) {
     const ParamSpec &p = m.params[i];
@@ -331,10 +338,15 @@ TensorMap BundleEstimator::run(const TensorMap &inputs,
       throw BundleError(who + ": missing required parameter '" + p.name +
                         "' (it has no default)");
   }
+  return paramValues;
+}
 
-  // The argument array, driven by the manifest's "args".
-  std::vector<Slot> slots(m.args.size());
-  std::vector<void *> argv(m.args.size());
+/// Fills the argument array, driven by the manifest's "args": argv[i]
+/// points at slots[i].
+void setArgs(const Manifest &m, const PackedBatch &b,
+             const std::vector<at::Tensor> &buffers,
+             const std::vector<double> &paramValues, std::vector<Slot> &slots,
+             std::vector<void *> &argv) {
   for (size_t i = 0; i < m.args.size(); ++i) {
     const ArgSpec &a = m.args[i];
     Slot &s = slots[i];
@@ -355,48 +367,90 @@ TensorMap BundleEstimator::run(const TensorMap &inputs,
     }
     argv[i] = &s;
   }
+}
 
-  auto unitsOf = [&](Grid g) -> int64_t {
-    switch (g) {
-    case Grid::Seq:
-      return b.numSeqs();
-    case Grid::Group:
-      return b.numGroups();
-    case Grid::Node:
-      return b.numNodes();
-    }
-    return 0;
-  };
-
-  if (!onCuda) {
-    int threads = options.numThreads;
-    if (threads <= 0) {
-      int64_t byWork =
-          b.numTokens() / std::max<int64_t>(1, options.minTokensPerThread);
-      threads = static_cast<int>(
-          std::clamp<int64_t>(byWork, 1, at::get_num_threads()));
-    }
-    for (size_t k = 0; k < m.kernels.size(); ++k)
-      cpu->launch(k, unitsOf(m.kernels[k].grid), argv.data(), argv.size(),
-                  threads);
-  } else {
-    void *stream = nullptr;
-    if (options.stream) {
-      stream = *options.stream;
-    } else {
-#ifdef CAC_TORCH_CUDA
-      stream = c10::cuda::getCurrentCUDAStream(ordinal).stream();
-#endif
-    }
-    for (size_t k = 0; k < m.kernels.size(); ++k)
-      cuda->launch(ordinal, k, unitsOf(m.kernels[k].grid), argv.data(),
-                   argv.size(), stream);
-    // Converted inputs and scratch are freed on return; LibTorch's caching
-    // allocator orders that on its current stream only, so a caller's own
-    // stream is waited for.
-    if (options.synchronize || options.stream)
-      cuda->synchronize(ordinal, stream);
+/// The number of units (threads of work) of a kernel over grid \p g.
+int64_t unitsOf(Grid g, const PackedBatch &b) {
+  switch (g) {
+  case Grid::Seq:
+    return b.numSeqs();
+  case Grid::Group:
+    return b.numGroups();
+  case Grid::Node:
+    return b.numNodes();
   }
+  return 0;
+}
+
+void launchOnCpu(const CpuModule &cpu, const Manifest &m, const PackedBatch &b,
+                 std::vector<void *> &argv, const RunOptions &options) {
+  int threads = options.numThreads;
+  if (threads <= 0) {
+    int64_t byWork =
+        b.numTokens() / std::max<int64_t>(1, options.minTokensPerThread);
+    threads =
+        static_cast<int>(std::clamp<int64_t>(byWork, 1, at::get_num_threads()));
+  }
+  for (size_t k = 0; k < m.kernels.size(); ++k)
+    cpu.launch(k, unitsOf(m.kernels[k].grid, b), argv.data(), argv.size(),
+               threads);
+}
+
+void launchOnCuda(const CudaModule &cuda, int ordinal, const Manifest &m,
+                  const PackedBatch &b, std::vector<void *> &argv,
+                  const RunOptions &options) {
+  void *stream = nullptr;
+  if (options.stream) {
+    stream = *options.stream;
+  } else {
+#ifdef CAC_TORCH_CUDA
+    stream = c10::cuda::getCurrentCUDAStream(ordinal).stream();
+#endif
+  }
+  for (size_t k = 0; k < m.kernels.size(); ++k)
+    cuda.launch(ordinal, k, unitsOf(m.kernels[k].grid, b), argv.data(),
+                argv.size(), stream);
+  // Converted inputs and scratch are freed on return; LibTorch's caching
+  // allocator orders that on its current stream only, so a caller's own
+  // stream is waited for.
+  if (options.synchronize || options.stream)
+    cuda.synchronize(ordinal, stream);
+}
+
+} // namespace
+
+TensorMap BundleEstimator::run(const TensorMap &inputs,
+                               const PackedBatch &batch, const ParamMap &params,
+                               const RunOptions &options) const {
+  const Manifest &m = manifest();
+  const std::string who = "bundle '" + m.estimator + "'";
+  if (!options.allowExtra)
+    rejectUnknownNames(*this, who, inputs, params);
+
+  at::Device dev = runDevice(m, who, inputs, batch);
+  const bool onCuda = dev.is_cuda();
+  // Resolve the module first: a missing host.so/kernels.ptx is the error to
+  // report, not a size mismatch.
+  const CpuModule *cpu = onCuda ? nullptr : &bundle_->cpu();
+  const CudaModule *cuda = onCuda ? &bundle_->cuda() : nullptr;
+  const int ordinal = onCuda && dev.has_index() ? dev.index() : 0;
+
+  PackedBatch b = batch.device() == dev ? batch : batch.to(dev);
+  if (m.needsTree && !b.hasTree())
+    throw BundleError(who + " needs a rollout tree (node_parent, token_node) "
+                            "but the batch has none: call "
+                            "PackedBatch::setTree");
+
+  std::vector<at::Tensor> buffers =
+      makeBuffers(m, who, inputs, b, dev, options);
+  std::vector<double> paramValues = paramValuesOf(m, who, params);
+  std::vector<Slot> slots(m.args.size());
+  std::vector<void *> argv(m.args.size());
+  setArgs(m, b, buffers, paramValues, slots, argv);
+  if (!onCuda)
+    launchOnCpu(*cpu, m, b, argv, options);
+  else
+    launchOnCuda(*cuda, ordinal, m, b, argv, options);
 
   TensorMap out;
   for (size_t i = 0; i < m.buffers.size(); ++i) {

@@ -355,6 +355,202 @@ std::optional<std::string> specialTokenString(const json &v) {
   return std::nullopt;
 }
 
+std::runtime_error tokenizerError(const std::string &source,
+                                  const std::string &what) {
+  return std::runtime_error("tokenizer '" + source + "': " + what);
+}
+
+/// Reads model.vocab into \p vocab; returns the largest id.
+int64_t readVocab(const json &model, const std::string &source,
+                  std::unordered_map<std::string, int64_t> &vocab) {
+  if (!model.contains("vocab") || !model["vocab"].is_object())
+    throw tokenizerError(source, "missing object 'model.vocab'");
+  int64_t maxId = -1;
+  for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) {
+    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0)
+      throw tokenizerError(source, "vocab entry '" + it.key() +
+                                       "' has no non-negative id");
+    int64_t id = it.value().get<int64_t>();
+    vocab[it.key()] = id;
+    maxId = std::max(maxId, id);
+  }
+  return maxId;
+}
+
+/// Reads model.merges (each "a b" or ["a", "b"]) into \p mergeRank, checking
+/// that both parts and their concatenation are in \p vocab.
+void readMerges(const json &model, const std::string &source,
+                const std::unordered_map<std::string, int64_t> &vocab,
+                std::unordered_map<std::string, int64_t> &mergeRank) {
+  if (!model.contains("merges") || !model["merges"].is_array())
+    return;
+  auto fail = [&](const std::string &what) {
+    return tokenizerError(source, what);
+  };
+  int64_t rank = 0;
+  for (const json &m : model["merges"]) {
+    std::string a, b;
+    if (m.is_string()) {
+      const std::string &s = m.get_ref<const std::string &>();
+      size_t sp = s.find(' ');
+      if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
+        throw fail("merge #" + std::to_string(rank) + " '" + s +
+                   "' is not two tokens separated by one space");
+      a = s.substr(0, sp);
+      b = s.substr(sp + 1);
+    } else if (m.is_array() && m.size() == 2 && m[0].is_string() &&
+               m[1].is_string()) {
+      a = m[0].get<std::string>();
+      b = m[1].get<std::string>();
+    } else {
+      throw fail("merge #" + std::to_string(rank) +
+                 " is neither \"a b\" nor [\"a\", \"b\"]");
+    }
+    for (const std::string *tok : {&a, &b})
+      if (!vocab.count(*tok))
+        throw fail("merge #" + std::to_string(rank) + " uses '" + *tok +
+                   "', which is not in the vocabulary");
+    if (!vocab.count(a + b))
+      throw fail("merge #" + std::to_string(rank) + " makes '" + a + b +
+                 "', which is not in the vocabulary");
+    // The first occurrence of a duplicated merge keeps its rank.
+    mergeRank.emplace(mergeKey(a, b), rank++);
+  }
+}
+
+/// Reads added_tokens into \p added and \p addedByContent; returns the
+/// largest id, or \p maxId if larger.
+int64_t
+readAddedTokens(const json &j, const std::string &source, int64_t maxId,
+                std::map<int64_t, AddedToken> &added,
+                std::unordered_map<std::string, int64_t> &addedByContent) {
+  if (!j.contains("added_tokens") || !j["added_tokens"].is_array())
+    return maxId;
+  for (const json &a : j["added_tokens"]) {
+    if (!a.is_object() || !a.contains("id") || !a["id"].is_number_integer() ||
+        !a.contains("content") || !a["content"].is_string())
+      throw tokenizerError(
+          source, "added token without integer 'id' and string 'content'");
+    AddedToken tok;
+    tok.id = a["id"].get<int64_t>();
+    tok.content = a["content"].get<std::string>();
+    tok.special = a.value("special", false);
+    if (tok.id < 0 || tok.content.empty())
+      throw tokenizerError(source, "added token '" + tok.content +
+                                       "' has a negative id or "
+                                       "empty content");
+    maxId = std::max(maxId, tok.id);
+    addedByContent[tok.content] = tok.id;
+    added[tok.id] = std::move(tok);
+  }
+  return maxId;
+}
+
+/// The split of a Split pre-tokenizer, recognised from its regex.
+std::pair<BpeTokenizer::SplitStyle, int> splitStage(const json &p,
+                                                    const std::string &source) {
+  std::string pattern;
+  if (p.contains("pattern") && p["pattern"].is_object()) {
+    const json &pat = p["pattern"];
+    if (pat.contains("Regex") && pat["Regex"].is_string())
+      pattern = pat["Regex"].get<std::string>();
+  }
+  if (p.value("behavior", std::string("Isolated")) != "Isolated" ||
+      p.value("invert", false))
+    throw tokenizerError(source, "Split pre-tokenizer: only behavior Isolated "
+                                 "without invert is supported");
+  auto has = [&](const char *s) {
+    return pattern.find(s) != std::string::npos;
+  };
+  if (has("[^\\r\\n\\p{L}\\p{N}]?\\p{L}+")) {
+    int digits = has("\\p{N}{1,3}") ? 3 : has("\\p{N}+") ? 0 : 1;
+    return {BpeTokenizer::SplitStyle::Llama3, digits};
+  }
+  if (has("?\\p{L}+") && has("?\\p{N}+"))
+    return {BpeTokenizer::SplitStyle::Gpt2, 0};
+  throw tokenizerError(source, "Split pre-tokenizer pattern '" + pattern +
+                                   "' is not one of the supported (GPT-2, "
+                                   "Llama 3, Qwen2) regexes");
+}
+
+/// Adds the stages of pre-tokenizer \p p (recursing into Sequence).
+void addPreTokenizer(
+    const json &p, const std::string &source, bool &addPrefixSpace,
+    std::vector<std::pair<BpeTokenizer::SplitStyle, int>> &splits) {
+  std::string pt = p.value("type", std::string());
+  if (pt == "Sequence") {
+    for (const json &q : p.value("pretokenizers", json::array()))
+      addPreTokenizer(q, source, addPrefixSpace, splits);
+  } else if (pt == "ByteLevel") {
+    if (p.value("add_prefix_space", false))
+      addPrefixSpace = true;
+    if (p.value("use_regex", true))
+      splits.push_back({BpeTokenizer::SplitStyle::Gpt2, 0});
+  } else if (pt == "Split") {
+    splits.push_back(splitStage(p, source));
+  } else {
+    throw tokenizerError(source, "pre-tokenizer '" + pt +
+                                     "' is not supported (only "
+                                     "ByteLevel, Split and Sequence)");
+  }
+}
+
+/// The special tokens a post-processor adds before and after the sequence.
+struct SpecialIds {
+  std::vector<int64_t> &prefix, &suffix;
+};
+
+/// Adds the ids of a TemplateProcessing's "single" template to \p ids.
+void addTemplate(const json &p, const std::string &source,
+                 const std::unordered_map<std::string, int64_t> &addedByContent,
+                 SpecialIds ids) {
+  const json specials = p.value("special_tokens", json::object());
+  bool afterSeq = false;
+  for (const json &item : p.value("single", json::array())) {
+    if (item.contains("Sequence")) {
+      afterSeq = true;
+      continue;
+    }
+    if (!item.contains("SpecialToken"))
+      continue;
+    std::string name = item["SpecialToken"].value("id", std::string());
+    std::vector<int64_t> found;
+    if (specials.contains(name) && specials[name].contains("ids")) {
+      for (const json &id : specials[name]["ids"])
+        found.push_back(id.get<int64_t>());
+    } else if (auto it = addedByContent.find(name);
+               it != addedByContent.end()) {
+      found.push_back(it->second);
+    } else {
+      throw tokenizerError(source,
+                           "TemplateProcessing names unknown special token '" +
+                               name + "'");
+    }
+    auto &dst = afterSeq ? ids.suffix : ids.prefix;
+    dst.insert(dst.end(), found.begin(), found.end());
+  }
+}
+
+/// Reads post-processor \p p (recursing into Sequence): what
+/// encode(..., addSpecialTokens=true) adds; names an unsupported kind in
+/// \p unsupported.
+void addPostProcessor(
+    const json &p, const std::string &source,
+    const std::unordered_map<std::string, int64_t> &addedByContent,
+    SpecialIds ids, std::string &unsupported) {
+  std::string pt = p.value("type", std::string());
+  if (pt == "Sequence") {
+    for (const json &q : p.value("processors", json::array()))
+      addPostProcessor(q, source, addedByContent, ids, unsupported);
+  } else if (pt == "ByteLevel") {
+    // Offsets only.
+  } else if (pt == "TemplateProcessing") {
+    addTemplate(p, source, addedByContent, ids);
+  } else {
+    unsupported = pt;
+  }
+}
+
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -375,8 +571,8 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::fromJson(const json &j,
 
 std::unique_ptr<BpeTokenizer> BpeTokenizer::parse(const json &j,
                                                   const std::string &source) {
-  auto fail = [&](const std::string &what) -> std::runtime_error {
-    return std::runtime_error("tokenizer '" + source + "': " + what);
+  auto fail = [&](const std::string &what) {
+    return tokenizerError(source, what);
   };
   if (!j.is_object())
     throw fail("not a JSON object");
@@ -390,47 +586,8 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::parse(const json &j,
   if (type != "BPE")
     throw fail("model type '" + type + "' is not supported (only byte-level "
                "BPE)");
-  if (!model.contains("vocab") || !model["vocab"].is_object())
-    throw fail("missing object 'model.vocab'");
-  int64_t maxId = -1;
-  for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) {
-    if (!it.value().is_number_integer() || it.value().get<int64_t>() < 0)
-      throw fail("vocab entry '" + it.key() + "' has no non-negative id");
-    int64_t id = it.value().get<int64_t>();
-    t->vocab_[it.key()] = id;
-    maxId = std::max(maxId, id);
-  }
-  if (model.contains("merges") && model["merges"].is_array()) {
-    int64_t rank = 0;
-    for (const json &m : model["merges"]) {
-      std::string a, b;
-      if (m.is_string()) {
-        const std::string &s = m.get_ref<const std::string &>();
-        size_t sp = s.find(' ');
-        if (sp == std::string::npos || s.find(' ', sp + 1) != std::string::npos)
-          throw fail("merge #" + std::to_string(rank) + " '" + s +
-                     "' is not two tokens separated by one space");
-        a = s.substr(0, sp);
-        b = s.substr(sp + 1);
-      } else if (m.is_array() && m.size() == 2 && m[0].is_string() &&
-                 m[1].is_string()) {
-        a = m[0].get<std::string>();
-        b = m[1].get<std::string>();
-      } else {
-        throw fail("merge #" + std::to_string(rank) +
-                   " is neither \"a b\" nor [\"a\", \"b\"]");
-      }
-      for (const std::string *tok : {&a, &b})
-        if (!t->vocab_.count(*tok))
-          throw fail("merge #" + std::to_string(rank) + " uses '" + *tok +
-                     "', which is not in the vocabulary");
-      if (!t->vocab_.count(a + b))
-        throw fail("merge #" + std::to_string(rank) + " makes '" + a + b +
-                   "', which is not in the vocabulary");
-      // The first occurrence of a duplicated merge keeps its rank.
-      t->mergeRank_.emplace(mergeKey(a, b), rank++);
-    }
-  }
+  int64_t maxId = readVocab(model, source, t->vocab_);
+  readMerges(model, source, t->vocab_, t->mergeRank_);
   t->ignoreMerges_ = model.value("ignore_merges", false);
   if (model.contains("unk_token") && model["unk_token"].is_string()) {
     auto it = t->vocab_.find(model["unk_token"].get<std::string>());
@@ -438,24 +595,7 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::parse(const json &j,
       t->unkId_ = it->second;
   }
 
-  if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
-    for (const json &a : j["added_tokens"]) {
-      if (!a.is_object() || !a.contains("id") ||
-          !a["id"].is_number_integer() || !a.contains("content") ||
-          !a["content"].is_string())
-        throw fail("added token without integer 'id' and string 'content'");
-      AddedToken tok;
-      tok.id = a["id"].get<int64_t>();
-      tok.content = a["content"].get<std::string>();
-      tok.special = a.value("special", false);
-      if (tok.id < 0 || tok.content.empty())
-        throw fail("added token '" + tok.content + "' has a negative id or "
-                   "empty content");
-      maxId = std::max(maxId, tok.id);
-      t->addedByContent_[tok.content] = tok.id;
-      t->added_[tok.id] = std::move(tok);
-    }
-  }
+  maxId = readAddedTokens(j, source, maxId, t->added_, t->addedByContent_);
   for (const auto &[id, tok] : t->added_)
     t->addedByLength_.push_back(&tok);
   std::stable_sort(t->addedByLength_.begin(), t->addedByLength_.end(),
@@ -482,88 +622,12 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::parse(const json &j,
       throw fail("normalizer '" + n + "' is not supported (only none or NFC)");
   }
 
-  // Pre-tokenizer stages.
-  std::function<void(const json &)> addPre = [&](const json &p) {
-    std::string pt = p.value("type", std::string());
-    if (pt == "Sequence") {
-      for (const json &q : p.value("pretokenizers", json::array()))
-        addPre(q);
-    } else if (pt == "ByteLevel") {
-      if (p.value("add_prefix_space", false))
-        t->addPrefixSpace_ = true;
-      if (p.value("use_regex", true))
-        t->splits_.push_back({SplitStyle::Gpt2, 0});
-    } else if (pt == "Split") {
-      std::string pattern;
-      if (p.contains("pattern") && p["pattern"].is_object()) {
-        const json &pat = p["pattern"];
-        if (pat.contains("Regex") && pat["Regex"].is_string())
-          pattern = pat["Regex"].get<std::string>();
-      }
-      if (p.value("behavior", std::string("Isolated")) != "Isolated" ||
-          p.value("invert", false))
-        throw fail("Split pre-tokenizer: only behavior Isolated without "
-                   "invert is supported");
-      auto has = [&](const char *s) {
-        return pattern.find(s) != std::string::npos;
-      };
-      if (has("[^\\r\\n\\p{L}\\p{N}]?\\p{L}+")) {
-        int digits = has("\\p{N}{1,3}") ? 3 : has("\\p{N}+") ? 0 : 1;
-        t->splits_.push_back({SplitStyle::Llama3, digits});
-      } else if (has("?\\p{L}+") && has("?\\p{N}+")) {
-        t->splits_.push_back({SplitStyle::Gpt2, 0});
-      } else {
-        throw fail("Split pre-tokenizer pattern '" + pattern +
-                   "' is not one of the supported (GPT-2, Llama 3, Qwen2) "
-                   "regexes");
-      }
-    } else {
-      throw fail("pre-tokenizer '" + pt + "' is not supported (only "
-                 "ByteLevel, Split and Sequence)");
-    }
-  };
   if (j.contains("pre_tokenizer") && !j["pre_tokenizer"].is_null())
-    addPre(j["pre_tokenizer"]);
-
-  // Post-processor: what encode(..., addSpecialTokens=true) adds.
-  std::function<void(const json &)> addPost = [&](const json &p) {
-    std::string pt = p.value("type", std::string());
-    if (pt == "Sequence") {
-      for (const json &q : p.value("processors", json::array()))
-        addPost(q);
-    } else if (pt == "ByteLevel") {
-      // Offsets only.
-    } else if (pt == "TemplateProcessing") {
-      const json specials = p.value("special_tokens", json::object());
-      bool afterSeq = false;
-      for (const json &item : p.value("single", json::array())) {
-        if (item.contains("Sequence")) {
-          afterSeq = true;
-          continue;
-        }
-        if (!item.contains("SpecialToken"))
-          continue;
-        std::string name = item["SpecialToken"].value("id", std::string());
-        std::vector<int64_t> ids;
-        if (specials.contains(name) && specials[name].contains("ids")) {
-          for (const json &id : specials[name]["ids"])
-            ids.push_back(id.get<int64_t>());
-        } else if (auto it = t->addedByContent_.find(name);
-                   it != t->addedByContent_.end()) {
-          ids.push_back(it->second);
-        } else {
-          throw fail("TemplateProcessing names unknown special token '" +
-                     name + "'");
-        }
-        auto &dst = afterSeq ? t->suffixIds_ : t->prefixIds_;
-        dst.insert(dst.end(), ids.begin(), ids.end());
-      }
-    } else {
-      t->unsupportedPostProcessor_ = pt;
-    }
-  };
+    addPreTokenizer(j["pre_tokenizer"], source, t->addPrefixSpace_, t->splits_);
   if (j.contains("post_processor") && !j["post_processor"].is_null())
-    addPost(j["post_processor"]);
+    addPostProcessor(j["post_processor"], source, t->addedByContent_,
+                     {t->prefixIds_, t->suffixIds_},
+                     t->unsupportedPostProcessor_);
   return t;
 }
 
