@@ -87,9 +87,9 @@ void SeqKernelEmitter::emitBlockLoop(Loop &l) {
   // The thread's first position in a tile and the step to its next one:
   // blocked, tid * items + j; striped, j * size + tid (a warp's j-th loads
   // and stores are then 32 contiguous tokens). A scan costs one block scan
-  // per tile when blocked and one per row when striped: on an H200
-  // (docs/benchmarks.md) striped made GRPO's broadcast 2.2x faster and
-  // GAE's scan 1.6x slower, hence auto.
+  // per tile when blocked and one per row when striped, so striped suits
+  // loops without a scan and blocked the others, hence auto
+  // (docs/benchmarks.md).
   bool hasScan = llvm::any_of(
       l.items, [](const Item &it) { return it.kind == Item::Scan; });
   const bool striped =

@@ -4,9 +4,9 @@
 // of `seq-block` threads per sequence (with `seq-block` > 0), the others one
 // thread per unit. Barriers are bar.sync, shuffles shfl.sync, the L2
 // prefetch PTX's prefetch.L2. Compares stay float compares and sums keep
-// their order: with integer compares GAE's kernel ran slower on an H200,
-// though its SASS had fewer instructions (docs/benchmarks.md), and the
-// GPU's sums are block reductions.
+// their order: integer compares made GAE's kernel slower on the GPU, though
+// its SASS had fewer instructions (docs/benchmarks.md), and the GPU's sums
+// are block reductions.
 //
 //===----------------------------------------------------------------------===//
 

@@ -12,8 +12,7 @@ namespace {
 /// there. So num_children is O(1), child_mean O(children), tree_mean
 /// O(subtree nodes * depth) and the path reductions O(sequences in the
 /// subtree): a batch's node kernels do O(K * depth^2 + B * depth) work in
-/// all, not O(K^2) (they scanned every node or sequence per node before,
-/// 260 ms for SPO-tree at 8192 sequences on the CPU; docs/benchmarks.md).
+/// all, not the O(K^2) of scanning every node or sequence per node.
 class NodeKernelEmitter {
 public:
   NodeKernelEmitter(Emitter &e, KernelOp kernel, const Abi &abi,

@@ -46,9 +46,9 @@ Value SeqKernelEmitter::rankKey(Value x) {
   return b.create<arith::XOrIOp>(loc, raw, flip);
 }
 
-/// The rank's sort as a block of threads runs it (the GPU's seq kernels;
-/// before 2026-11-26 thread 0 ran emitRankSort alone, 38 ms for SAPO at
-/// 4096 x 4096 on an H200): the same stable LSD radix sort of the same
+/// The rank's sort as a block of threads runs it (the GPU's seq kernels,
+/// where one thread sorting alone leaves the block idle): the same stable
+/// LSD radix sort of the same
 /// keys, on 4-bit digits (8 passes in f32, 16 in f64, so the sorted pair
 /// ends in the first arrays), with the sequence cut into one contiguous
 /// chunk per thread, in token order. Per pass:
@@ -165,9 +165,8 @@ void SeqKernelEmitter::emitRankSortBlock(RankOp rank) {
 ///   one pair of arrays to the other; a pass whose byte is the same for
 ///   every key is skipped;
 ///   rank[start + P[k]] = k (the keys are dead by then).
-/// It replaced a bottom-up merge sort whose merge steps were bound by a
-/// chain of dependent loads: SAPO at 256 x 4096 took ~60 ms, see
-/// docs/benchmarks.md. Positions are stored as floats: exact below 2^24
+/// A radix sort, not a merge sort: a merge step is bound by a chain of
+/// dependent loads. Positions are stored as floats: exact below 2^24
 /// tokens per sequence in f32.
 void SeqKernelEmitter::emitRankSort(RankOp rank) {
   Location loc = e.loc;

@@ -14,10 +14,9 @@ namespace cac::lowering {
 /// scans discounts, by the same factor at every token (GAE's gamma *
 /// lambda), so that the iteration's decay products are loop invariants and
 /// the carry's one FMA per token, its speed limit, becomes one per kUnroll
-/// tokens (GAE 1.2-1.6x faster, docs/benchmarks.md). Measured and left one
-/// token an iteration: a decay that varies by token (SAE: a multiply more
-/// per token unrolled, 5-10% slower) and counting scans, decay 1 (VinePPO's
-/// segment ids: 15-20% slower).
+/// tokens. One token an iteration stays faster for a decay that varies by
+/// token (SAE: unrolled, it costs a multiply more per token) and for
+/// counting scans, decay 1 (VinePPO's segment ids).
 bool SeqKernelEmitter::unrolls(const Loop &l) {
   for (const Item &it : l.items) {
     if (it.kind != Item::Scan)
