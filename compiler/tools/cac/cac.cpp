@@ -8,33 +8,19 @@
 //
 //===----------------------------------------------------------------------===//
 
-#include "cac/DSL/AST.h"
-#include "cac/Driver/Driver.h"
-#include "cac/Eval/Batch.h"
-#include "cac/Eval/Runner.h"
-#include "cac/Pipelines.h"
-#include "cac/Target/Target.h"
-#ifdef CAC_EAGER_PLUGIN
-#include "cac/Eager/EagerPlugin.h"
-#include <cstdlib>
-#include <dlfcn.h>
-#endif
+#include "Tool.h"
 
-#include "cac/DSL/Sema.h"
 #include "cac/Dialect/Cac/IR/CacDialect.h"
+#include "cac/Driver/Driver.h"
 
-#include "mlir/IR/MLIRContext.h"
-#include "mlir/Pass/PassManager.h"
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/CommandLine.h"
-#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
-#include "llvm/Support/MemoryBuffer.h"
-#include "llvm/Support/Path.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
 
 using namespace mlir;
+using cac::tool::Emit;
 namespace cl = llvm::cl;
 
 static cl::OptionCategory cat("cac options");
@@ -52,7 +38,6 @@ static cl::opt<std::string> bundleDir(
     cl::value_desc("dir"), cl::cat(cat));
 static cl::opt<bool> useF64("f64", cl::desc("Compute in double precision"),
                             cl::cat(cat));
-enum class Emit { None, Ast, Mlir, Kernels, Llvm, Ptx, Manifest };
 static cl::opt<Emit> emit(
     "emit", cl::desc("What to print instead of compiling to PTX"),
     cl::init(Emit::None),
@@ -141,16 +126,16 @@ static cl::opt<bool> verifyDiagnostics(
     cl::desc("Check expected-error comments in the source (for tests)"),
     cl::cat(cat));
 
-namespace {
+namespace cac::tool {
 
 int fail(const llvm::Twine &msg) {
   llvm::WithColor::error(llvm::errs(), "cac") << msg << "\n";
   return 1;
 }
 
-bool writeOutput(llvm::StringRef text) {
+bool writeOutput(const ToolOptions &opts, llvm::StringRef text) {
   std::string err;
-  auto out = openOutputFile(outputFile, &err);
+  auto out = openOutputFile(opts.outputFile, &err);
   if (!out) {
     fail(err);
     return false;
@@ -167,54 +152,56 @@ LogicalResult runPipeline(MLIRContext &ctx, ModuleOp module,
   return pm.run(module);
 }
 
-#ifdef CAC_EAGER_PLUGIN
-/// Loads the eager backend from lib/ beside this executable's bin/ (or the
-/// file CAC_EAGER_PLUGIN names in the environment).
-llvm::Expected<cac::RunEagerFn> loadEagerPlugin() {
-  std::string path;
-  if (const char *env = std::getenv("CAC_EAGER_PLUGIN")) {
-    path = env;
-  } else {
-    static int anchor;
-    std::string exe = llvm::sys::fs::getMainExecutable("cac", &anchor);
-    llvm::SmallString<256> p(llvm::sys::path::parent_path(
-        llvm::sys::path::parent_path(exe)));
-    llvm::sys::path::append(p, "lib", CAC_EAGER_PLUGIN);
-    path = std::string(p);
-  }
-  void *handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  if (!handle)
-    return llvm::createStringError(
-        "cannot load the eager backend (LibTorch) from " + path + ": " +
-        dlerror());
-  auto entry = reinterpret_cast<cac::RunEagerFn (*)()>(
-      dlsym(handle, cac::kEagerPluginEntry));
-  if (!entry)
-    return llvm::createStringError(path + " has no " +
-                                   cac::kEagerPluginEntry);
-  return entry();
-}
-#endif
+} // namespace cac::tool
 
-/// The lowering options from the command line (every pipeline takes the
-/// ones it honours).
-static cac::KernelOptions loweringOptions() {
-  cac::KernelOptions opts;
-  opts.chip = arch;
-  opts.lower.seqBlock = seqBlock;
-  opts.lower.seqItems = seqItems;
-  opts.lower.seqLayout = seqLayout;
-  opts.lower.seqMinBlocks = seqMinBlocks;
-  opts.lower.seqPrefetch = seqPrefetch;
-  opts.lower.seqPrefetchWritten = seqPrefetchWritten;
-  opts.fuseGroups = fuseGroups;
-  return opts;
+namespace {
+
+/// The command line's values.
+cac::tool::ToolOptions toolOptions() {
+  cac::tool::ToolOptions o;
+  o.inputFile = inputFile;
+  o.outputFile = outputFile;
+  o.bundleDir = bundleDir;
+  o.useF64 = useF64;
+  o.emit = emit;
+  o.inputBatch = inputBatch;
+  o.params = paramArgs;
+  o.backend = backend;
+  o.dtype = dtype;
+  o.gradMode = gradMode;
+  o.aggregation = aggregationArg;
+  cac::KernelOptions &k = o.kernels;
+  k.chip = arch;
+  k.lower.seqBlock = seqBlock;
+  k.lower.seqItems = seqItems;
+  k.lower.seqLayout = seqLayout;
+  k.lower.seqMinBlocks = seqMinBlocks;
+  k.lower.seqPrefetch = seqPrefetch;
+  k.lower.seqPrefetchWritten = seqPrefetchWritten;
+  k.fuseGroups = fuseGroups;
+  return o;
+}
+
+/// Checks the `expected-error` comments of the source (for tests).
+int verifyDiagnosticsOf(cac::tool::Source &src, bool useF64) {
+  SourceMgrDiagnosticVerifierHandler handler(src.sourceMgr, &src.ctx);
+  auto module = cac::compileToCac(src.sourceMgr, src.bufferId, src.ctx, useF64);
+  if (module) {
+    PassManager pm(&src.ctx);
+    cac::buildCacOptimizationPipeline(pm);
+    (void)pm.run(*module);
+  }
+  return failed(handler.verify()) ? 1 : 0;
 }
 
 int realMain() {
-  if (std::string err = cac::lowerKernelsOptionsError(loweringOptions().lower);
+  using cac::tool::fail;
+  const cac::tool::ToolOptions opts = toolOptions();
+  if (std::string err = cac::lowerKernelsOptionsError(opts.kernels.lower);
       !err.empty())
     return fail("--" + err);
+  if (command != "compile" && command != "eval")
+    return fail("unknown command '" + command + "'; expected compile or eval");
   DialectRegistry registry;
   cac::registerAllDialects(registry);
   MLIRContext ctx(registry);
@@ -222,223 +209,18 @@ int realMain() {
   ctx.allowUnregisteredDialects(false);
 
   std::string err;
-  auto file = openInputFile(inputFile, &err);
+  auto file = openInputFile(opts.inputFile, &err);
   if (!file)
     return fail(err);
   llvm::SourceMgr sourceMgr;
   unsigned bufferId = sourceMgr.AddNewSourceBuffer(std::move(file), SMLoc());
-
-  if (verifyDiagnostics) {
-    SourceMgrDiagnosticVerifierHandler handler(sourceMgr, &ctx);
-    auto module = cac::compileToCac(sourceMgr, bufferId, ctx, useF64);
-    if (module) {
-      PassManager pm(&ctx);
-      cac::buildCacOptimizationPipeline(pm);
-      (void)pm.run(*module);
-    }
-    return failed(handler.verify()) ? 1 : 0;
-  }
+  cac::tool::Source src{ctx, sourceMgr, bufferId};
+  if (verifyDiagnostics)
+    return verifyDiagnosticsOf(src, opts.useF64);
   SourceMgrDiagnosticHandler handler(sourceMgr, &ctx);
-
-  if (command == "compile") {
-    if (emit == Emit::Ast) {
-      auto est = cac::parseAndAnalyze(sourceMgr, bufferId, ctx);
-      if (!est)
-        return 1;
-      std::string s;
-      llvm::raw_string_ostream os(s);
-      cac::ast::dump(*est, os);
-      return writeOutput(os.str()) ? 0 : 1;
-    }
-    auto module = cac::compileToCac(sourceMgr, bufferId, ctx, useF64);
-    if (!module)
-      return 1;
-    auto print = [&](ModuleOp m) {
-      std::string s;
-      llvm::raw_string_ostream os(s);
-      OpPrintingFlags flags;
-      m.print(os, flags);
-      return writeOutput(os.str()) ? 0 : 1;
-    };
-    if (emit == Emit::Mlir)
-      return print(*module);
-    if (emit == Emit::Kernels) {
-      if (failed(runPipeline(ctx, *module, cac::buildCacOptimizationPipeline)))
-        return 1;
-      return print(*module);
-    }
-    const cac::KernelOptions opts = loweringOptions();
-    auto cpuPipeline = [&](OpPassManager &pm) {
-      cac::buildCpuPipeline(pm, opts);
-    };
-    if (emit == Emit::Llvm) {
-      if (failed(runPipeline(ctx, *module, cpuPipeline)))
-        return 1;
-      auto ir = cac::emitLlvmIr(*module);
-      return succeeded(ir) && writeOutput(*ir) ? 0 : 1;
-    }
-    // PTX (the default) and manifests come from the CUDA pipeline.
-    OwningOpRef<ModuleOp> cpuModule;
-    if (!bundleDir.empty())
-      cpuModule = module->clone();
-    if (failed(runPipeline(ctx, *module, [&](OpPassManager &pm) {
-          cac::buildCudaPipeline(pm, opts);
-        })))
-      return 1;
-    auto ptx = cac::extractPtx(*module);
-    auto manifest = cac::extractManifest(*module);
-    if (failed(ptx) || failed(manifest))
-      return 1;
-    if (!bundleDir.empty()) {
-      if (failed(runPipeline(ctx, *cpuModule, cpuPipeline)))
-        return 1;
-      if (failed(cac::writeBundle(bundleDir, *manifest, *ptx, *cpuModule)))
-        return 1;
-    }
-    if (emit == Emit::Manifest)
-      return writeOutput(*manifest) ? 0 : 1;
-    if (bundleDir.empty() || outputFile != "-" || emit == Emit::Ptx)
-      return writeOutput(*ptx) ? 0 : 1;
-    return 0;
-  }
-
-  if (command == "eval") {
-    if (inputBatch.empty())
-      return fail("eval needs --input batch.json");
-    if (dtype != "f64" && dtype != "f32")
-      return fail("--dtype must be f64 or f32");
-    auto module = cac::compileToCac(sourceMgr, bufferId, ctx, dtype == "f64");
-    if (!module)
-      return 1;
-    auto batchFile = llvm::MemoryBuffer::getFileOrSTDIN(inputBatch);
-    if (!batchFile)
-      return fail("cannot read " + inputBatch + ": " +
-                  batchFile.getError().message());
-    auto batch = cac::parseBatchJson((*batchFile)->getBuffer(), inputBatch);
-    if (!batch)
-      return fail(llvm::toString(batch.takeError()));
-    for (const std::string &p : paramArgs) {
-      auto [name, value] = llvm::StringRef(p).split('=');
-      double v;
-      if (name.empty() || value.trim().getAsDouble(v))
-        return fail("--param expects NAME=NUMBER, got '" + p + "'");
-      batch->params[name.str()] = v;
-    }
-    // Observation tokens: the estimator runs on the actions only, and its
-    // token outputs are put back with 0 on the observations.
-    cac::Batch fullBatch;
-    if (!batch->obs.empty()) {
-      fullBatch = std::move(*batch);
-      *batch = cac::actionsOnly(fullBatch);
-    }
-    // An objective: its aggregation mode (a parameter, with the file's mode
-    // as its default) and, for "seq-mean-token-sum-norm" without norm_len,
-    // the longest sequence of the batch as the normaliser's length.
-    std::optional<cac::ObjectiveInfo> objective;
-    int aggregation = 0;
-    module->walk([&](cac::ir::EstimatorOp est) {
-      if (auto obj = est->getAttrOfType<DictionaryAttr>("cac.objective"))
-        objective = cac::ObjectiveInfo{
-            cast<StringAttr>(obj.get("wrt")).str(),
-            cast<StringAttr>(obj.get("loss_domain")).str()};
-    });
-    if (!aggregationArg.empty()) {
-      int code = cac::aggregationCode(aggregationArg);
-      if (!objective || objective->lossDomain != "token" || code < 0)
-        return fail(!objective ? "--aggregation applies to objectives"
-                    : objective->lossDomain != "token"
-                        ? "--aggregation applies to token losses (a seq "
-                          "loss is averaged over the sequences)"
-                        : "--aggregation must be token-mean, "
-                          "seq-mean-token-mean, seq-mean-token-sum or "
-                          "seq-mean-token-sum-norm");
-      batch->params["aggregation"] = code;
-    }
-    if (objective && objective->lossDomain == "token") {
-      module->walk([&](cac::ir::ParamOp p) {
-        if (p.getName() == "aggregation")
-          if (auto d = p.getDefaultValue())
-            aggregation = int(d->convertToDouble());
-      });
-      if (auto it = batch->params.find("aggregation");
-          it != batch->params.end())
-        aggregation = int(it->second);
-      if (aggregation < 0 || aggregation > 3 ||
-          (batch->params.count("aggregation") &&
-           batch->params["aggregation"] != aggregation))
-        return fail("the parameter 'aggregation' must be 0 (token-mean), 1 "
-                    "(seq-mean-token-mean), 2 (seq-mean-token-sum) or 3 "
-                    "(seq-mean-token-sum-norm)");
-      if (aggregation == 3 && !batch->params.count("norm_len")) {
-        int64_t longest = 0;
-        for (int64_t b = 0; b < batch->numSeqs; ++b)
-          longest = std::max<int64_t>(
-              longest, batch->seqOffsets[b + 1] - batch->seqOffsets[b]);
-        batch->params["norm_len"] = double(longest);
-      }
-    }
-    if (gradMode != "compiled" && gradMode != "autograd")
-      return fail("--grad must be compiled or autograd");
-    if (gradMode == "autograd" && (!objective || backend != "eager"))
-      return fail("--grad autograd needs an objective and --backend eager");
-    std::vector<cac::OutputArray> outputs;
-    if (backend == "eager") {
-#ifdef CAC_EAGER_PLUGIN
-      auto runEager = loadEagerPlugin();
-      if (!runEager)
-        return fail(llvm::toString(runEager.takeError()));
-      auto r = (*runEager)(*module, *batch, gradMode == "autograd");
-      if (!r)
-        return fail(llvm::toString(r.takeError()));
-      outputs = std::move(*r);
-#else
-      return fail("this build of cac has no eager backend (LibTorch)");
-#endif
-    } else if (backend == "cpu" || backend == "gpu-sim") {
-      bool sim = backend == "gpu-sim";
-      const cac::KernelOptions opts = loweringOptions();
-      if (failed(runPipeline(ctx, *module, [&](OpPassManager &pm) {
-            if (sim)
-              cac::buildCudaSimPipeline(pm, opts);
-            else
-              cac::buildCpuPipeline(pm, opts);
-          })))
-        return 1;
-      auto manifestText = cac::extractManifest(*module);
-      if (failed(manifestText))
-        return 1;
-      auto manifest = cac::parseManifest(*manifestText);
-      if (!manifest)
-        return fail(llvm::toString(manifest.takeError()));
-      auto jit = cac::JitKernels::create(*module, cac::simulationSymbols());
-      if (failed(jit))
-        return 1;
-      auto r = cac::runCpuKernels(
-          *manifest, [&](llvm::StringRef n) { return (*jit)->lookup(n); },
-          *batch);
-      if (!r)
-        return fail(llvm::toString(r.takeError()));
-      outputs = std::move(*r);
-    } else {
-      return fail("--backend must be cpu, eager or gpu-sim");
-    }
-    if (auto e = cac::checkSegmentCounts(*batch, outputs))
-      return fail(llvm::toString(std::move(e)));
-    std::string summary;
-    if (objective) {
-      auto s = cac::finishObjective(*objective, aggregation, *batch, outputs);
-      if (!s)
-        return fail(llvm::toString(s.takeError()));
-      summary = *s;
-    }
-    if (!fullBatch.obs.empty()) {
-      cac::expandToFull(fullBatch, outputs);
-      *batch = std::move(fullBatch);
-    }
-    return writeOutput(cac::formatOutputsJson(*batch, outputs, summary)) ? 0
-                                                                         : 1;
-  }
-  return fail("unknown command '" + command + "'; expected compile or eval");
+  if (command == "compile")
+    return cac::tool::runCompile(opts, src);
+  return cac::tool::runEval(opts, src);
 }
 
 int mainThunk(void *) { return realMain(); }
