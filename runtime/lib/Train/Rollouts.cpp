@@ -92,6 +92,80 @@ std::vector<int64_t> repeatEach(size_t count, int64_t times) {
   return rows;
 }
 
+/// The entropy of each row's next-token distribution at temperature \p temp
+/// (over the top \p topK tokens, renormalised, when 0 < topK < vocabulary:
+/// TreeAdv's approximation), as a CPU float tensor.
+at::Tensor nextTokenEntropy(const at::Tensor &logits, double temp,
+                            int64_t topK) {
+  at::Tensor logp = at::log_softmax(logits / temp, -1);
+  if (topK > 0 && topK < logp.size(-1)) {
+    at::Tensor top = std::get<0>(logp.topk(topK, -1));
+    logp = top - top.logsumexp(-1, /*keepdim=*/true);
+  }
+  return -(logp.exp() * logp).nan_to_num(0.0).sum(-1).to(at::kCPU, at::kFloat);
+}
+
+/// Whether \p token's text ends with one of spec.delimiters (always true
+/// without delimiters; false without a tokenizer or when it cannot decode).
+bool endsWithDelimiter(const PlanContext &ctx, const RolloutSpec &spec,
+                       int64_t token) {
+  if (spec.delimiters.empty() || !ctx.tokenizer)
+    return spec.delimiters.empty();
+  std::string text;
+  try {
+    text = ctx.tokenizer->decode({token}, /*skipSpecialTokens=*/true);
+  } catch (const std::exception &) {
+    return false;
+  }
+  for (const std::string &d : spec.delimiters)
+    if (text.size() >= d.size() &&
+        text.compare(text.size() - d.size(), d.size(), d) == 0)
+      return true;
+  return false;
+}
+
+/// Samples one linear rollout per row of \p rows (prompt ids) from \p root,
+/// row i from stream \p keys[i], all of its tokens on node \p nodes[i], and
+/// appends them to \p out.
+void appendLinearRollouts(const PlanContext &ctx, Decoder &root,
+                          const std::vector<int64_t> &rows,
+                          const std::vector<int64_t> &nodes,
+                          const std::vector<Stream> &keys, RolloutBatch &out) {
+  PlanStats &st = out.stats;
+  Decoder fill = root.fork(rows);
+  runRows(ctx, fill, keys);
+  for (size_t i = 0; i < fill.size(); ++i) {
+    const GeneratedSequence &g = fill.sequence(i);
+    out.rolls.push_back(toRollout(ctx, g, rows[i]));
+    out.tokenNode.emplace_back(g.tokens.size(), nodes[i]);
+    int64_t t = static_cast<int64_t>(g.tokens.size());
+    st.tokensComputed += t;
+    st.tokensSampled += t;
+    countPath(st, out.rolls.back());
+  }
+}
+
+/// Orders the paths of \p out by prompt (the estimator's groups), stably,
+/// and counts its nodes and leaves.
+void groupPaths(RolloutBatch &out) {
+  std::vector<size_t> order(out.rolls.size());
+  for (size_t i = 0; i < order.size(); ++i)
+    order[i] = i;
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    return out.rolls[a].group < out.rolls[b].group;
+  });
+  std::vector<Rollout> rolls;
+  std::vector<std::vector<int64_t>> tn;
+  for (size_t i : order) {
+    rolls.push_back(std::move(out.rolls[i]));
+    tn.push_back(std::move(out.tokenNode[i]));
+  }
+  out.rolls = std::move(rolls);
+  out.tokenNode = std::move(tn);
+  out.stats.nodes = static_cast<int64_t>(out.nodeParent.size());
+  out.stats.leaves = static_cast<int64_t>(out.rolls.size());
+}
+
 } // namespace
 
 std::string planMismatch(const RolloutSpec &spec, const std::string &name,
@@ -313,23 +387,7 @@ RolloutBatch sampleTree(const PlanContext &ctx,
     keys = std::move(nKeys);
     tokNodes = std::move(nTok);
   }
-  // Paths grouped by prompt (the estimator's groups), in a fixed order.
-  std::vector<size_t> order(out.rolls.size());
-  for (size_t i = 0; i < order.size(); ++i)
-    order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return out.rolls[a].group < out.rolls[b].group;
-  });
-  std::vector<Rollout> rolls;
-  std::vector<std::vector<int64_t>> tn;
-  for (size_t i : order) {
-    rolls.push_back(std::move(out.rolls[i]));
-    tn.push_back(std::move(out.tokenNode[i]));
-  }
-  out.rolls = std::move(rolls);
-  out.tokenNode = std::move(tn);
-  st.nodes = static_cast<int64_t>(out.nodeParent.size());
-  st.leaves = static_cast<int64_t>(out.rolls.size());
+  groupPaths(out);
   return out;
 }
 
@@ -374,32 +432,10 @@ RolloutBatch sampleForest(const PlanContext &ctx,
     info.push_back({g, static_cast<int64_t>(i), newNode(-1, g), {}, true});
   }
   const double temp = ctx.options.temperature > 0 ? ctx.options.temperature : 1;
-  auto endsWithDelimiter = [&](int64_t token) {
-    if (spec.delimiters.empty() || !ctx.tokenizer)
-      return spec.delimiters.empty();
-    std::string text;
-    try {
-      text = ctx.tokenizer->decode({token}, /*skipSpecialTokens=*/true);
-    } catch (const std::exception &) {
-      return false;
-    }
-    for (const std::string &d : spec.delimiters)
-      if (text.size() >= d.size() &&
-          text.compare(text.size() - d.size(), d.size(), d) == 0)
-        return true;
-    return false;
-  };
 
   while (dec.numUnfinished() > 0) {
-    at::Tensor logits = dec.nextTokenLogits();
-    at::Tensor logp = at::log_softmax(logits / temp, -1);
-    if (spec.entropyTopK > 0 && spec.entropyTopK < logp.size(-1)) {
-      // TreeAdv's approximation: the top-k probabilities, renormalised.
-      at::Tensor top = std::get<0>(logp.topk(spec.entropyTopK, -1));
-      logp = top - top.logsumexp(-1, /*keepdim=*/true);
-    }
     at::Tensor ent =
-        -(logp.exp() * logp).nan_to_num(0.0).sum(-1).to(at::kCPU, at::kFloat);
+        nextTokenEntropy(dec.nextTokenLogits(), temp, spec.entropyTopK);
     auto H = ent.accessor<float, 1>();
     std::vector<int64_t> rows, siblings;
     std::vector<RowInfo> next;
@@ -443,7 +479,7 @@ RolloutBatch sampleForest(const PlanContext &ctx,
       info[i].tokNodes.push_back(info[i].node);
       ++st.tokensComputed;
       ++st.tokensSampled;
-      if (!spec.delimiters.empty() && endsWithDelimiter(g.tokens.back()))
+      if (!spec.delimiters.empty() && endsWithDelimiter(ctx, spec, g.tokens.back()))
         info[i].armed = true;
     }
   }
@@ -465,35 +501,9 @@ RolloutBatch sampleForest(const PlanContext &ctx,
       fillNodes.push_back(newNode(-1, g));
       fillKeys.push_back({g, nodeStream.back()});
     }
-  if (!fillRows.empty()) {
-    Decoder fill = root.fork(fillRows);
-    runRows(ctx, fill, fillKeys);
-    for (size_t i = 0; i < fill.size(); ++i) {
-      const GeneratedSequence &g = fill.sequence(i);
-      out.rolls.push_back(toRollout(ctx, g, fillRows[i]));
-      out.tokenNode.emplace_back(g.tokens.size(), fillNodes[i]);
-      int64_t t = static_cast<int64_t>(g.tokens.size());
-      st.tokensComputed += t;
-      st.tokensSampled += t;
-      countPath(st, out.rolls.back());
-    }
-  }
-  std::vector<size_t> order(out.rolls.size());
-  for (size_t i = 0; i < order.size(); ++i)
-    order[i] = i;
-  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
-    return out.rolls[a].group < out.rolls[b].group;
-  });
-  std::vector<Rollout> rolls;
-  std::vector<std::vector<int64_t>> tn;
-  for (size_t i : order) {
-    rolls.push_back(std::move(out.rolls[i]));
-    tn.push_back(std::move(out.tokenNode[i]));
-  }
-  out.rolls = std::move(rolls);
-  out.tokenNode = std::move(tn);
-  st.nodes = static_cast<int64_t>(out.nodeParent.size());
-  st.leaves = static_cast<int64_t>(out.rolls.size());
+  if (!fillRows.empty())
+    appendLinearRollouts(ctx, root, fillRows, fillNodes, fillKeys, out);
+  groupPaths(out);
   return out;
 }
 
