@@ -57,6 +57,16 @@ python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$methods" 
 python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$methods" \
   --backend cpu,gpu-sim --seeds 15-17 --max-len 2048 --stdlib stdlib \
   --cac-arg=--fuse-groups=false || status=1
+# The edges the conventions settle (cacref.edge_batch): no epsilon on groups
+# of equal rewards (inexact ones such as 0.1 too), trees of equal rewards,
+# chains up to 4096 one-token nodes deep; every backend, f64 and f32.
+edge_methods=grpo,treeadv,spo_tree
+python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$edge_methods" \
+  --backend cpu,eager,gpu-sim --seeds 1-6 --max-len 4096 --stdlib stdlib \
+  --params edge || status=1
+python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$edge_methods" \
+  --backend cpu,eager,gpu-sim --seeds 7-12 --max-len 4096 --stdlib stdlib \
+  --params edge --cac-arg=--dtype=f32 --tol 5e-5 || status=1
 # (check_objective runs the objectives' gpu-sim kernels too: blocks of 8
 # threads x 2 tokens, then 256 x 4.)
 python3 test/reference/check_objective.py --cac "$BUILD/bin/cac" --seeds 1-3 \

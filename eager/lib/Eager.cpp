@@ -10,11 +10,12 @@
 //   scalar 0-d
 //
 // The semantics are those of the compiled kernels
-// (compiler/lib/Conversion/LowerKernels.cpp): shifts read inside the
+// (compiler/lib/Conversion/LowerKernels/): shifts read inside the
 // sequence or the fill, scans start from 0 beyond the sequence, token -> seq
 // reductions cover the real tokens only, seq -> group reductions run over the
-// members in ascending sequence order, and means and variances divide by
-// max(n, 1) (max(n - 1, 1) for the unbiased ones).
+// members in ascending sequence order, means and variances divide by
+// max(n, 1) (max(n - 1, 1) for the unbiased ones), and group and tree means
+// are shifted by their first term (exact over equal values).
 //
 //===----------------------------------------------------------------------===//
 
@@ -346,9 +347,18 @@ private:
           .index_add_(0, parents, v.index_select(0, children));
     };
     torch::Tensor nc = childSum(torch::ones({K}, opts));
-    auto meanOr0 = [](torch::Tensor sum, torch::Tensor cnt) {
-      return torch::where(cnt > 0, sum / cnt.clamp_min(1),
-                          torch::zeros_like(sum));
+    // Means are shifted by their first term, x0 + sum(x - x0) / n, as the
+    // kernels: a mean of equal values is that value exactly.
+    auto shiftedMean = [](torch::Tensor x0, torch::Tensor devSum,
+                          torch::Tensor cnt) {
+      return torch::where(cnt > 0, x0 + devSum / cnt.clamp_min(1),
+                          torch::zeros_like(devSum));
+    };
+    torch::Tensor firstChild = firstChildren().clamp_min(0);
+    torch::Tensor safeParent = parent.clamp_min(0);
+    auto childMean = [&](torch::Tensor v) {
+      torch::Tensor x0 = v.index_select(0, firstChild);
+      return shiftedMean(x0, childSum(v - x0.index_select(0, safeParent)), nc);
     };
     if (isa<NumChildrenOp>(op))
       return nc;
@@ -359,7 +369,7 @@ private:
                           fill);
     }
     if (auto c = dyn_cast<ChildMeanOp>(op))
-      return meanOr0(childSum(get(c.getOperand()).expand({K})), nc);
+      return childMean(get(c.getOperand()).expand({K}).contiguous());
     if (auto tm = dyn_cast<TreeMeanOp>(op)) {
       // Deepest level first: each inner node becomes its children's mean.
       torch::Tensor depth = torch::zeros({K}, parent.options());
@@ -372,7 +382,7 @@ private:
       int64_t maxDepth = K ? depth.max().item<int64_t>() : 0;
       for (int64_t d = maxDepth - 1; d >= 0; --d) {
         torch::Tensor at = (depth == d) & (nc > 0);
-        y = torch::where(at, childSum(y) / nc.clamp_min(1), y);
+        y = torch::where(at, childMean(y), y);
       }
       return y;
     }
@@ -389,10 +399,13 @@ private:
     torch::Tensor a = leaf.clone();
     torch::Tensor xs = x.to(rt);
     const bool leafOnly = pr.getKind() == PathReduceKind::LeafMean;
+    const bool isMean = leafOnly || pr.getKind() == PathReduceKind::SubtreeMean;
+    torch::Tensor x0 = isMean ? pathFirsts(xs, leaf, leafOnly)
+                              : torch::zeros({K}, opts);
     for (int64_t i = 0; i <= K && (a >= 0).any().item<bool>(); ++i) {
       torch::Tensor on = a >= 0;
       torch::Tensor at = a.masked_select(on), v = xs.masked_select(on);
-      sum.index_add_(0, at, v);
+      sum.index_add_(0, at, v - x0.index_select(0, at));
       cnt.index_add_(0, at, torch::ones_like(v));
       if (pr.getKind() == PathReduceKind::SubtreeMax) {
         // A max per node over this level's entries (torch's scatter_reduce
@@ -417,8 +430,44 @@ private:
     case PathReduceKind::SubtreeMax:
       return torch::where(cnt > 0, mx, torch::zeros_like(mx));
     default:
-      return meanOr0(sum, cnt);
+      return shiftedMean(x0, sum, cnt);
     }
+  }
+
+  /// The first child of each node (children in id order), -1 for a leaf.
+  torch::Tensor firstChildren() {
+    torch::Tensor par = pb.nodeParent.to(torch::kInt64).contiguous();
+    torch::Tensor first = torch::full({K}, int64_t(-1), par.options());
+    auto pa = par.accessor<int64_t, 1>();
+    auto fa = first.accessor<int64_t, 1>();
+    for (int64_t k = K - 1; k >= 0; --k)
+      if (pa[k] >= 0)
+        fa[pa[k]] = k;
+    return first;
+  }
+
+  /// For each node, the value `xs` of the first sequence (in batch order)
+  /// whose leaf is the node (`leafOnly`) or lies in its subtree; 0 where
+  /// there is none. The shift of the path reductions' means.
+  torch::Tensor pathFirsts(torch::Tensor xs, torch::Tensor leaf,
+                           bool leafOnly) {
+    torch::Tensor par = pb.nodeParent.to(torch::kInt64).contiguous();
+    torch::Tensor lf = leaf.to(torch::kInt64).contiguous();
+    torch::Tensor xd = xs.to(torch::kDouble).contiguous();
+    torch::Tensor out = torch::zeros({K}, torch::kDouble);
+    std::vector<char> seen(K, 0);
+    auto pa = par.accessor<int64_t, 1>();
+    auto la = lf.accessor<int64_t, 1>();
+    auto xa = xd.accessor<double, 1>();
+    auto oa = out.accessor<double, 1>();
+    // A node seen once has its ancestors seen too: each node is visited
+    // once, O(K + B).
+    for (int64_t b = 0; b < B; ++b)
+      for (int64_t n = la[b]; n >= 0 && !seen[n]; n = leafOnly ? -1 : pa[n]) {
+        seen[n] = 1;
+        oa[n] = xa[b];
+      }
+    return out.to(xs.scalar_type());
   }
 
   /// Descending rank inside each sequence, ties by the lower index: a stable
@@ -681,11 +730,17 @@ private:
       return torch::zeros({G}, v.options()).index_add_(0, pb.seqGroup, v);
     };
     torch::Tensor n = pb.groupCount.to(rt);
+    // Means shifted by the group's first member, as the kernels: a mean of
+    // equal values is that value exactly.
+    auto mean = [&] {
+      torch::Tensor x0 = x.index_select(0, pb.groupFirst);
+      return x0 + sum(x - x0.index_select(0, pb.seqGroup)) / n.clamp_min(1);
+    };
     switch (k) {
     case ReduceKind::Sum:
       return sum(x);
     case ReduceKind::Mean:
-      return sum(x) / n.clamp_min(1);
+      return mean();
     case ReduceKind::Min:
       return byGroup(x, std::numeric_limits<double>::infinity()).amin(1);
     case ReduceKind::Max:
@@ -701,8 +756,7 @@ private:
     case ReduceKind::VarUnbiased:
     case ReduceKind::StdUnbiased: {
       // Two passes as the kernels: the mean, then the squared deviations.
-      torch::Tensor mean = sum(x) / n.clamp_min(1);
-      torch::Tensor dev = x - mean.index_select(0, pb.seqGroup);
+      torch::Tensor dev = x - mean().index_select(0, pb.seqGroup);
       torch::Tensor ss = sum(dev * dev);
       bool unbiased =
           k == ReduceKind::VarUnbiased || k == ReduceKind::StdUnbiased;

@@ -21,6 +21,7 @@ Command line (for debugging and for fake ``cac`` binaries in tests):
 """
 
 import argparse
+import itertools
 import json
 import math
 import random
@@ -38,6 +39,12 @@ class RefError(ValueError):
 # ---------------------------------------------------------------------------------------
 # Small helpers
 # ---------------------------------------------------------------------------------------
+
+
+def reject_non_json(name):
+    """For json.loads(parse_constant=...): Python reads NaN and Infinity, JSON has neither,
+    so output with them is not the valid JSON `cac eval` must print."""
+    raise ValueError(f"{name} is not JSON")
 
 
 def mean(xs):
@@ -182,10 +189,13 @@ def group_members(groups):
 
 def group_normalized(rewards, groups, eps, unbiased, eps_in_sqrt):
     """GRPO (§1.2): (R - mean_g) / (std_g + eps), or / sqrt(var_g + eps) with eps_in_sqrt.
-    std is the population std, or the unbiased one (n-1; 0 for a group of one)."""
+    std is the population std, or the unbiased one (n-1; 0 for a group of one). A group whose
+    rewards are all equal (a group of one included) gets 0, also with eps = 0 (§1.2)."""
     adv = [0.0] * len(rewards)
     for idx in group_members(groups).values():
         rs = [rewards[i] for i in idx]
+        if max(rs) == min(rs):
+            continue
         mu = mean(rs)
         var = unbiased_var(rs) if unbiased else pop_var(rs)
         scale = math.sqrt(var + eps) if eps_in_sqrt else math.sqrt(var) + eps
@@ -389,7 +399,8 @@ def spo_tree_values(tree, rewards, normalize=False, eps=1e-8):
         if normalize:
             sib = tree.children[p]
             var = sum(((V[c] - V[p]) ** 2 for c in sib), Fraction(0)) / len(sib)
-            adv[n] = float(diff) / (math.sqrt(float(var)) + eps)
+            # Siblings of equal V: 0, also with eps = 0.
+            adv[n] = 0.0 if var == 0 else float(diff) / (math.sqrt(float(var)) + eps)
         else:
             adv[n] = float(diff)
     return [float(v) for v in V], adv, nonzero
@@ -1117,30 +1128,31 @@ def _tree_batch(rng, max_len, num_trees, leaves_per_tree, seg_len_for=None, node
 
 def _spo_tree_robust(parent, node_rows, rewards):
     """True when "node advantage != 0" cannot depend on rounding: every exact zero comes out
-    exactly 0, and every non-zero is far from 0, in f64 and in f32, summing in either order and
-    dividing or multiplying by the reciprocal."""
+    exactly 0, and every non-zero is far from 0, in f64 and in f32, summing in either order,
+    dividing or multiplying by the reciprocal, and shifting by the first term or not."""
     tree = Tree(parent, node_rows)
     _, _, nonzero = spo_tree_values(tree, rewards)
     ends = {}
     for b, leaf in enumerate(tree.leaf_of_seq):
         ends.setdefault(leaf, []).append(rewards[b])
     for rnd in (lambda x: x, f32):
-        for rev in (False, True):
-            for recip in (False, True):
-                V = [0.0] * len(parent)
-                for n in tree.bottom_up:
-                    xs = [V[c] for c in tree.children[n]] or ends[n]
-                    if rev:
-                        xs = xs[::-1]
-                    s = 0.0
-                    for x in xs:
-                        s = rnd(s + x)
-                    V[n] = rnd(s * rnd(1.0 / len(xs))) if recip else rnd(s / len(xs))
-                for n, p in enumerate(parent):
-                    if p >= 0:
-                        d = rnd(V[n] - V[p])
-                        if nonzero[n] != (d != 0) or (d != 0 and abs(d) < 1e-6):
-                            return False
+        for rev, recip, shift in itertools.product((False, True), repeat=3):
+            V = [0.0] * len(parent)
+            for n in tree.bottom_up:
+                xs = [V[c] for c in tree.children[n]] or ends[n]
+                if rev:
+                    xs = xs[::-1]
+                x0 = xs[0] if shift else 0.0  # x0 + sum(x - x0) / n
+                s = 0.0
+                for x in xs:
+                    s = rnd(s + rnd(x - x0))
+                q = rnd(s * rnd(1.0 / len(xs))) if recip else rnd(s / len(xs))
+                V[n] = rnd(x0 + q)
+            for n, p in enumerate(parent):
+                if p >= 0:
+                    d = rnd(V[n] - V[p])
+                    if nonzero[n] != (d != 0) or (d != 0 and abs(d) < 1e-6):
+                        return False
     return True
 
 
@@ -1280,6 +1292,82 @@ def random_batch(method, seed, max_len=64, num_seqs=None, params="mixed",
                                      if rng.random() < 0.5 else rng.randint(0, 320) / 64
                                      for _ in range(n)] for n in lengths]
     return data
+
+
+# Rewards whose mean is inexact in binary: a group of them leaves a rounding residue in a
+# plain sum / n, which a zero-spread convention must not turn into an advantage.
+INEXACT_EQUAL = (0.1, 0.3, 0.7, -0.2, 1.0)
+EDGE_METHODS = ("grpo", "treeadv", "spo_tree")
+
+
+def edge_batch(method, seed, max_len=64, num_seqs=None):
+    """A batch at the edges the conventions settle (§1.2, §3.3, §6.3), for EDGE_METHODS:
+    no epsilon (grpo eps = 0, treeadv delta = 0, spo_tree normalize = 1 with eps = 0 half the
+    time) on groups of equal rewards, inexact ones included (0.1: a plain mean is off by an
+    ulp); spo_tree on trees whose rewards are all equal and on deep chains of one-token nodes
+    (up to max_len deep) with leaves branching off. Expected: A = 0 wherever the spread is 0."""
+    if method not in EDGE_METHODS:
+        raise RefError(f"no edge batches for {method}; they exist for {', '.join(EDGE_METHODS)}")
+    rng = random.Random(f"cacref-edge:{method}:{seed}")
+    if method == "spo_tree" and seed % 2 == 0:
+        return _deep_chain_batch(rng, max_len)
+    data = random_batch(method, seed, max_len, num_seqs, params="random")
+    rewards = data["seq"]["reward"]
+    equal = f32(rng.choice(INEXACT_EQUAL))
+    if method == "spo_tree":
+        data["seq"]["reward"] = [equal] * len(rewards)
+        data["params"]["normalize"] = rng.choice([0, 1])
+        data["params"]["eps"] = rng.choice([0, 1e-8])
+        return data
+    groups = data["seq"].get("group", [0] * len(rewards))
+    for g in sorted(set(groups)):
+        if rng.random() < 0.5:  # this group's rewards all equal (inexact ones half the time)
+            v = equal if rng.random() < 0.5 else rewards[groups.index(g)]
+            rewards = [v if gg == g else r for gg, r in zip(groups, rewards)]
+    data["seq"]["reward"] = rewards
+    if method == "grpo":
+        data["params"] = {"eps": 0, "unbiased": rng.choice([0, 1]),
+                          "eps_in_sqrt": rng.choice([0, 1])}
+    else:
+        data["params"] = {"delta": 0, "use_max": rng.choice([0, 1])}
+    return data
+
+
+def _deep_chain_batch(rng, max_len):
+    """SPO-tree on a chain of D one-token nodes (D up to max_len) with one-token leaves
+    branching off at random depths; node ids shuffled. Each inner chain node has one or two
+    children, so its sibling sets are often of one (spread 0)."""
+    D = rng.randint(max(2, max_len // 2), max(2, max_len - 1))
+    parent = [-1] + list(range(D - 1))
+    leaves = [D - 1]
+    for d in sorted(rng.sample(range(D - 1), min(D - 1, rng.randint(1, 12)))):
+        parent.append(d)
+        leaves.append(len(parent) - 1)
+    K = len(parent)
+    perm = list(range(K))
+    rng.shuffle(perm)
+    logp = [_logp(rng, [0.9]) for _ in range(K)]
+    node_rows, logp_rows = [], []
+    for leaf in leaves:
+        chain, n = [], leaf
+        while n >= 0:
+            chain.append(n)
+            n = parent[n]
+        chain.reverse()
+        node_rows.append([perm[n] for n in chain])
+        logp_rows.append([logp[n] for n in chain])
+    new_parent = [0] * K
+    for n in range(K):
+        new_parent[perm[n]] = perm[parent[n]] if parent[n] >= 0 else -1
+    for _ in range(50):
+        rewards = _rewards(rng, len(leaves), "binary")
+        if _spo_tree_robust(new_parent, node_rows, rewards):
+            break
+    else:
+        rewards = [1.0] * len(leaves)
+    return {"params": {"normalize": rng.choice([0, 1]), "eps": rng.choice([0, 1e-8])},
+            "token": {"logp": logp_rows}, "seq": {"reward": rewards},
+            "tree": {"parent": new_parent, "node": node_rows}}
 
 
 def random_objective_batch(name, seed, max_len=32, num_seqs=None):

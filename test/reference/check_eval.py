@@ -120,8 +120,11 @@ def run_case(args, kind, name, seed, backend, workdir):
     tag = f"{name} seed={seed} backend={backend}"
     try:
         if kind == "method":
-            batch = cacref.random_batch(name, seed, args.max_len, args.num_seqs, args.params,
-                                        args.node_order)
+            if args.params == "edge":
+                batch = cacref.edge_batch(name, seed, args.max_len, args.num_seqs)
+            else:
+                batch = cacref.random_batch(name, seed, args.max_len, args.num_seqs,
+                                            args.params, args.node_order)
             ref = cacref.evaluate(name, batch)
         else:
             batch = cacref.random_objective_batch(name, seed, args.max_len, args.num_seqs)
@@ -146,8 +149,8 @@ def run_case(args, kind, name, seed, backend, workdir):
         return False, (f"FAIL {tag}: cac exited with {proc.returncode}: " + " | ".join(err)), \
             [batch_path, out_path]
     try:
-        got = json.loads(proc.stdout)
-    except json.JSONDecodeError as e:
+        got = json.loads(proc.stdout, parse_constant=cacref.reject_non_json)
+    except (json.JSONDecodeError, ValueError) as e:
         return False, f"FAIL {tag}: cac printed invalid JSON ({e})", [batch_path, out_path]
     want = expected_outputs(name, ref, got) if kind == "method" else ref
     cmp = Comparison(args.tol)
@@ -185,9 +188,10 @@ def main(argv=None):
                     help="|got - want| <= tol * max(1, |want|) (default 1e-5)")
     ap.add_argument("--stdlib", default=os.path.join(REPO, "stdlib"),
                     help="directory of the METHOD.cac files (default: the repo's stdlib/)")
-    ap.add_argument("--params", choices=["mixed", "default", "random"], default="mixed",
+    ap.add_argument("--params", choices=["mixed", "default", "random", "edge"], default="mixed",
                     help="parameters: defaults (odd seeds) and random variants (even seeds) "
-                         "by default")
+                         "by default; edge: cacref.edge_batch (no epsilon on zero spreads, "
+                         "trees of equal rewards, deep chains; grpo, treeadv, spo_tree)")
     ap.add_argument("--node-order", choices=["shuffled", "bfs"], default="shuffled",
                     help="node ids of random trees: shuffled (default) or breadth-first")
     ap.add_argument("--cac-arg", action="append", default=[],

@@ -152,7 +152,7 @@ def run(cac, path, backend, grad, mode, extra=()):
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}: {p.stderr.strip()[-400:]}")
-    return json.loads(p.stdout)
+    return json.loads(p.stdout, parse_constant=cacref.reject_non_json)
 
 
 def main():

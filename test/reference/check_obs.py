@@ -74,7 +74,7 @@ def run(cac, path, batch_path, backend, extra=()):
                         *extra], capture_output=True, text=True, timeout=600)
     if p.returncode != 0:
         raise RuntimeError(p.stderr.strip()[-400:])
-    return json.loads(p.stdout)
+    return json.loads(p.stdout, parse_constant=cacref.reject_non_json)
 
 
 def check(plain, full, where, obs):

@@ -28,13 +28,6 @@ std::optional<double> number(const Value &v) {
   return std::nullopt;
 }
 
-template <typename T> Array toArray(const std::vector<T> &v) {
-  Array a;
-  for (const T &x : v)
-    a.push_back(x);
-  return a;
-}
-
 /// The state of one parse: the batch being filled and what the sections read
 /// so far tell the later ones (the sequence lengths and where they came from,
 /// the seq count, the group ids, the rollout tree). One method per section of
@@ -640,78 +633,13 @@ cac::finishObjective(const ObjectiveInfo &info, int aggregation,
                          ? modes[aggregation]
                          : "?";
   o["normalizer"] = n;
-  o["loss"] = sum * scale;
+  // A non-finite loss prints as null (JSON has no NaN); the loss outputs
+  // that made it are reported by formatOutputsJson.
+  double value = sum * scale;
+  o["loss"] = std::isfinite(value) ? Value(value) : Value(nullptr);
   std::string s;
   llvm::raw_string_ostream os(s);
   os << llvm::formatv("{0:2}", Value(std::move(o)));
-  return os.str();
-}
-
-std::string cac::formatOutputsJson(const Batch &b,
-                                   const std::vector<OutputArray> &outputs,
-                                   llvm::StringRef objectiveJson) {
-  Object token, seq, group, segObj, nodeObj;
-  // The segment starts (output "_seg_start", 1 where a segment starts).
-  const OutputArray *starts = nullptr;
-  for (const OutputArray &o : outputs)
-    if (o.name == "_seg_start" && o.domain == "token")
-      starts = &o;
-  for (const OutputArray &o : outputs) {
-    if (&o == starts)
-      continue;
-    if (o.domain == "seg" && starts) {
-      // One value per segment: the value on the segment's first token.
-      Array rows;
-      for (int64_t s = 0; s < b.numSeqs; ++s) {
-        Array row;
-        for (int32_t t = b.seqOffsets[s]; t < b.seqOffsets[s + 1]; ++t)
-          if (starts->values[t] != 0)
-            row.push_back(o.values[t]);
-        rows.push_back(std::move(row));
-      }
-      segObj[o.name] = std::move(rows);
-    } else if (o.domain == "token") {
-      Array rows;
-      for (int64_t s = 0; s < b.numSeqs; ++s) {
-        Array row;
-        for (int32_t t = b.seqOffsets[s]; t < b.seqOffsets[s + 1]; ++t)
-          row.push_back(o.values[t]);
-        rows.push_back(std::move(row));
-      }
-      token[o.name] = std::move(rows);
-    } else if (o.domain == "seq") {
-      seq[o.name] = toArray(o.values);
-    } else if (o.domain == "node") {
-      nodeObj[o.name] = toArray(o.values);
-    } else if (o.domain == "group") {
-      group[o.name] = toArray(o.values);
-    }
-  }
-  Object root;
-  root["token"] = std::move(token);
-  root["seq"] = std::move(seq);
-  root["group"] = std::move(group);
-  if (!nodeObj.empty())
-    root["node"] = std::move(nodeObj);
-  root["groups"] = toArray(b.groupIds);
-  if (starts) {
-    root["seg"] = std::move(segObj);
-    Array segs;
-    for (int64_t s = 0; s < b.numSeqs; ++s) {
-      Array row;
-      for (int32_t t = b.seqOffsets[s]; t < b.seqOffsets[s + 1]; ++t)
-        if (starts->values[t] != 0)
-          row.push_back(int64_t(t - b.seqOffsets[s]));
-      segs.push_back(std::move(row));
-    }
-    root["segments"] = std::move(segs);
-  }
-  if (!objectiveJson.empty())
-    if (auto v = llvm::json::parse(objectiveJson))
-      root["objective"] = std::move(*v);
-  std::string s;
-  llvm::raw_string_ostream os(s);
-  os << llvm::formatv("{0:2}", Value(std::move(root))) << "\n";
   return os.str();
 }
 

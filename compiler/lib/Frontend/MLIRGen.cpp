@@ -522,6 +522,12 @@ private:
     return builder.create<cir::ScanOp>(l, a[0].getType(), a[0], decay, reverse);
   }
 
+  /// machine_eps: 2^-23 in f32, 2^-52 in f64, so that a tolerance written
+  /// with it scales with the precision the estimator runs in.
+  Value lowerMachineEps(Builtin, ArrayRef<Value>, Location l) {
+    return constant(l, floatType.isF64() ? 0x1p-52 : 0x1p-23);
+  }
+
   /// pos, is_first, is_last, length.
   Value lowerPosition(Builtin b, ArrayRef<Value>, Location l) {
     switch (b) {

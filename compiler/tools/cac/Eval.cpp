@@ -13,6 +13,7 @@
 #include "cac/Dialect/Cac/IR/CacDialect.h"
 #include "cac/Driver/Driver.h"
 #include "cac/Eval/Batch.h"
+#include "cac/Eval/Output.h"
 #include "cac/Eval/Runner.h"
 #include "cac/Target/Target.h"
 #ifdef CAC_EAGER_PLUGIN
@@ -24,6 +25,7 @@
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
+#include "llvm/Support/WithColor.h"
 
 #include <optional>
 
@@ -236,8 +238,12 @@ int runEval(const ToolOptions &opts, Source &src) {
     expandToFull(fullBatch, *outputs);
     *batch = std::move(fullBatch);
   }
-  return writeOutput(opts, formatOutputsJson(*batch, *outputs, summary)) ? 0
-                                                                          : 1;
+  std::vector<NonFinite> nonFinite;
+  std::string json = formatOutputsJson(*batch, *outputs, summary, &nonFinite);
+  if (!nonFinite.empty())
+    llvm::WithColor::warning(llvm::errs(), "cac eval")
+        << describeNonFinite(nonFinite) << "\n";
+  return writeOutput(opts, json) ? 0 : 1;
 }
 
 } // namespace cac::tool

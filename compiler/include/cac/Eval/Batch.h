@@ -76,8 +76,6 @@ struct OutputArray {
   std::vector<double> values;
 };
 
-/// Writes the outputs as the JSON of `cac eval`: ragged token rows, and group
-/// values in ascending group-id order (with the ids under "groups").
 /// With seg inputs, checks that every sequence has as many segment values as
 /// the estimator's segmentation (the output "_seg_start") gives segments.
 llvm::Error checkSegmentCounts(const Batch &batch,
@@ -106,11 +104,6 @@ llvm::Expected<std::string> finishObjective(const ObjectiveInfo &info,
                                             int aggregation,
                                             const Batch &batch,
                                             std::vector<OutputArray> &outputs);
-
-/// `objectiveJson`, when not empty, is printed under "objective".
-std::string formatOutputsJson(const Batch &batch,
-                              const std::vector<OutputArray> &outputs,
-                              llvm::StringRef objectiveJson = "");
 
 /// Resolves the value of each manifest parameter from the batch (file and
 /// command line) and the defaults. Fails naming a required parameter that

@@ -89,7 +89,8 @@ struct Abi {
   ///   pre[k]       k's position in a preorder walk (roots in id order,
   ///                children in id order), so the subtree of k is the
   ///                positions [pre[k], pre[k] + size[k]);
-  ///   preNode[p]   the node at preorder position p;
+  ///   preNode[p]   the node at preorder position p (-1 past the nodes a
+  ///                root reaches);
   ///   seqEnd[p], seqByPre
   ///                the non-empty sequences grouped by the preorder position
   ///                of their leaf (the node of their last token), CSR like

@@ -51,6 +51,11 @@ static void planScratch(Block &body, const llvm::DenseSet<Operation *> &fused,
       if (!abi.storage.count(s.getResult()))
         abi.storage[s.getResult()] = newScratch(Domain::Token);
     });
+    // The sweep that computes a tree_mean reads the children's values back.
+    kernel.walk([&](TreeMeanOp tm) {
+      if (!abi.storage.count(tm.getResult()))
+        abi.storage[tm.getResult()] = newScratch(Domain::Node);
+    });
     kernel.walk([&](RankOp r) {
       if (!abi.storage.count(r.getResult()))
         abi.storage[r.getResult()] = newScratch(Domain::Token);

@@ -29,6 +29,9 @@ void GroupKernelEmitter::compute(Value unit) {
   for (ReduceOp r : reds)
     if (isSecondPass(r.getKind()))
       pass2.push_back(r);
+  for (ReduceOp r : pass1)
+    if (isShifted(r.getKind()))
+      shifts[r] = firstMember(r.getOperand());
   SmallVector<Value> acc1 = memberLoop(pass1, /*secondPass=*/false);
   for (auto [r, a] : llvm::zip(pass1, acc1))
     means[r] = finishFirst(r, a);
@@ -121,8 +124,26 @@ Value GroupKernelEmitter::firstPassStep(ReduceOp r, Value acc, Value x,
     return b.create<arith::SelectOp>(e.loc, c, x, acc);
   }
   default: // Sum, Mean and the first pass of Var/Std: a sum.
+    if (isShifted(r.getKind()))
+      x = b.create<arith::SubFOp>(e.loc, x, shifts[r]);
     return b.create<arith::AddFOp>(e.loc, acc, x);
   }
+}
+
+/// The value of seq value `v` at the group's first member (0 for an empty
+/// group, which loads nothing).
+Value GroupKernelEmitter::firstMember(Value v) {
+  Value some =
+      b.create<arith::CmpIOp>(e.loc, arith::CmpIPredicate::sgt, n, e.i64(0));
+  auto ifOp = b.create<scf::IfOp>(e.loc, TypeRange{e.ft}, some,
+                                  /*withElseRegion=*/true);
+  OpBuilder::InsertionGuard g(b);
+  b.setInsertionPointToStart(ifOp.thenBlock());
+  b.create<scf::YieldOp>(
+      e.loc, seqAt(v, e.loadI32AsI64(kGroupMembers, mstart)));
+  b.setInsertionPointToStart(ifOp.elseBlock());
+  b.create<scf::YieldOp>(e.loc, e.fconst(0.0));
+  return ifOp.getResult(0);
 }
 
 /// After pass 1: the reduction's value, or for Var/Std the group mean.
@@ -134,7 +155,8 @@ Value GroupKernelEmitter::finishFirst(ReduceOp r, Value acc) {
   case ReduceKind::VarUnbiased:
   case ReduceKind::StdUnbiased: {
     Value denom = e.toFloat(b.create<arith::MaxSIOp>(e.loc, n, e.i64(1)));
-    return b.create<arith::DivFOp>(e.loc, acc, denom);
+    return b.create<arith::AddFOp>(e.loc, shifts[r],
+                                   b.create<arith::DivFOp>(e.loc, acc, denom));
   }
   default:
     return acc;

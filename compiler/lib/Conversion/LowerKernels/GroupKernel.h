@@ -49,6 +49,13 @@ private:
     return k == ReduceKind::Var || k == ReduceKind::Std ||
            k == ReduceKind::VarUnbiased || k == ReduceKind::StdUnbiased;
   }
+  /// Means (and the means of variances) are shifted by the group's first
+  /// member, x0 + sum(x - x0) / n: a mean of equal values is that value
+  /// exactly, so their deviations and variance are exactly 0.
+  static bool isShifted(ReduceKind k) {
+    return k == ReduceKind::Mean || isSecondPass(k);
+  }
+  Value firstMember(Value v);
   SmallVector<Value> memberLoop(ArrayRef<ReduceOp> reds, bool secondPass);
   Value firstPassStep(ReduceOp r, Value acc, Value x, Value j);
   Value finishFirst(ReduceOp r, Value acc);
@@ -64,7 +71,7 @@ private:
   Value blockTid;
   int64_t blockSize = 1;
   std::function<Value(ReduceKind, Value)> blockCombine;
-  llvm::DenseMap<ReduceOp, Value> means;
+  llvm::DenseMap<ReduceOp, Value> means, shifts;
   DenseMap<Value, Value> memo;
 };
 

@@ -7,23 +7,49 @@ namespace {
 
 /// One unit per tree node. Node values from earlier kernels are read from
 /// their buffers at any node; structure comes from `node_parent` and the
-/// TreeBuilder kernel's arrays (Abi::TreeScratch): a node's children, the
-/// nodes of its subtree and the sequences whose leaves lie in it are ranges
-/// there. So num_children is O(1), child_mean O(children), tree_mean
-/// O(subtree nodes * depth) and the path reductions O(sequences in the
-/// subtree): a batch's node kernels do O(K * depth^2 + B * depth) work in
-/// all, not the O(K^2) of scanning every node or sequence per node.
+/// TreeBuilder kernel's arrays (Abi::TreeScratch): a node's children and the
+/// sequences whose leaves lie in its subtree are ranges there. So
+/// num_children is O(1), child_mean O(children) and the path reductions
+/// O(sequences in the subtree).
+///
+/// tree_mean is its children's tree_mean, so it needs them first: a kernel
+/// that computes one is a sweep, where unit 0 visits the nodes in reverse
+/// preorder (children before their parents) and evaluates the whole kernel
+/// at each, reading the children's tree_mean from its buffer. That is
+/// O(K + edges) for the kernel, where a walk from each node down its subtree
+/// was O(K * depth^2).
+///
+/// Means are shifted by their first term, x0 + sum(x - x0) / n: a mean of
+/// equal values is that value exactly, so a tree of equal rewards has A = 0,
+/// not a rounding residue.
 class NodeKernelEmitter {
 public:
   NodeKernelEmitter(Emitter &e, KernelOp kernel, const Abi &abi,
                     ArrayRef<std::pair<Value, unsigned>> stores)
-      : e(e), b(e.b), ix(e), t(*abi.tree), kernel(kernel), stores(stores) {}
+      : e(e), b(e.b), ix(e), abi(abi), t(*abi.tree), kernel(kernel),
+        stores(stores) {}
 
   void emit(Value unit) {
-    node = unit;
     e.anchor = e.i64(0).getDefiningOp();
-    for (auto [v, buf] : stores)
-      e.storeBuffer(buf, eval(v), node);
+    bool sweep = false;
+    kernel.walk([&](TreeMeanOp) { sweep = true; });
+    if (!sweep) {
+      node = unit;
+      storeAll();
+      return;
+    }
+    using P = arith::CmpIPredicate;
+    Value K = e.args[kNumNodes];
+    ix.when(ix.cmpI(P::eq, unit, e.i64(0)), [&] {
+      ix.each(e.i64(0), K, [&](Value i) {
+        Value n = ix.idx(t.preNode, ix.sub(ix.sub(K, e.i64(1)), i));
+        ix.when(ix.cmpI(P::sge, n, e.i64(0)), [&] {
+          node = n;
+          memo.clear();
+          storeAll();
+        });
+      });
+    });
   }
 
 private:
@@ -43,44 +69,36 @@ private:
     return e.loadBuffer(v, idx);
   }
 
-  /// Walks from node `from` towards the root until it reaches this unit's
-  /// node or passes the root. Returns (reached, weight), the weight being the
-  /// product of 1 / nc[parent] over the steps taken (1 without `nc`).
-  std::pair<Value, Value> walkUp(Value from, Value nc) {
-    Type i64 = b.getI64Type();
-    auto loop = b.create<scf::WhileOp>(e.loc, TypeRange{i64, e.ft},
-                                       ValueRange{from, e.fconst(1.0)});
-    {
-      OpBuilder::InsertionGuard g(b);
-      Block *before =
-          b.createBlock(&loop.getBefore(), {}, {i64, e.ft}, {e.loc, e.loc});
-      Value a = before->getArgument(0);
-      Value go = b.create<arith::AndIOp>(
-          e.loc, ix.cmpI(arith::CmpIPredicate::sge, a, e.i64(0)),
-          ix.cmpI(arith::CmpIPredicate::ne, a, node));
-      b.create<scf::ConditionOp>(e.loc, go, before->getArguments());
-      Block *after =
-          b.createBlock(&loop.getAfter(), {}, {i64, e.ft}, {e.loc, e.loc});
-      Value p = parentOf(after->getArgument(0));
-      Value w = after->getArgument(1);
-      if (nc) {
-        Value hasParent = ix.cmpI(arith::CmpIPredicate::sge, p, e.i64(0));
-        Value safe = b.create<arith::SelectOp>(e.loc, hasParent, p, e.i64(0));
-        Value divided = b.create<arith::DivFOp>(e.loc, w, atNode(nc, safe));
-        w = b.create<arith::SelectOp>(e.loc, hasParent, divided, w);
-      }
-      b.create<scf::YieldOp>(e.loc, ValueRange{p, w});
-    }
-    Value reached = ix.cmpI(arith::CmpIPredicate::eq, loop.getResult(0), node);
-    return {reached, loop.getResult(1)};
+  void storeAll() {
+    for (auto [v, buf] : stores)
+      e.storeBuffer(buf, eval(v), node);
   }
 
-  Value mean(Value sum, Value count) {
-    Value some = b.create<arith::CmpFOp>(e.loc, arith::CmpFPredicate::OGT,
-                                         count, e.fconst(0.0));
-    Value safe = b.create<arith::SelectOp>(e.loc, some, count, e.fconst(1.0));
-    return b.create<arith::SelectOp>(
-        e.loc, some, b.create<arith::DivFOp>(e.loc, sum, safe), e.fconst(0.0));
+  /// The mean of the terms of [lo, hi), `term(i)` each, as the first term
+  /// plus the mean of the differences from it (exact when all are equal);
+  /// 0 for an empty range.
+  Value shiftedMean(Value lo, Value hi, llvm::function_ref<Value(Value)> term) {
+    using P = arith::CmpIPredicate;
+    Value zero = e.fconst(0.0);
+    Value some = ix.cmpI(P::slt, lo, hi);
+    auto first = b.create<scf::IfOp>(e.loc, TypeRange{e.ft}, some,
+                                      /*withElseRegion=*/true);
+    {
+      OpBuilder::InsertionGuard g(b);
+      b.setInsertionPointToStart(first.thenBlock());
+      b.create<scf::YieldOp>(e.loc, term(lo));
+      b.setInsertionPointToStart(first.elseBlock());
+      b.create<scf::YieldOp>(e.loc, zero);
+    }
+    Value x0 = first.getResult(0);
+    auto acc = ix.range(lo, hi, {zero}, [&](Value i, ValueRange a) {
+      Value d = b.create<arith::SubFOp>(e.loc, term(i), x0);
+      return SmallVector<Value>{b.create<arith::AddFOp>(e.loc, a[0], d)};
+    });
+    Value n = e.toFloat(ix.sub(hi, lo));
+    Value safe = b.create<arith::SelectOp>(e.loc, some, n, e.fconst(1.0));
+    return b.create<arith::AddFOp>(
+        e.loc, x0, b.create<arith::DivFOp>(e.loc, acc[0], safe));
   }
 
   Value eval(Value v) {
@@ -97,15 +115,10 @@ private:
     if (op->getParentOp() != kernel.getOperation())
       return domainOf(v) == Domain::Scalar ? e.scalar(v)
                                            : e.loadBuffer(v, node);
-    Value one = e.fconst(1.0), zero = e.fconst(0.0);
-    Value childBegin, childEnd, preFirst, preEnd;
-    if (isa<NumChildrenOp, ChildMeanOp>(op)) {
+    Value childBegin, childEnd;
+    if (isa<NumChildrenOp, ChildMeanOp, TreeMeanOp>(op)) {
       childBegin = ix.startOf(t.childEnd, node);
       childEnd = ix.idx(t.childEnd, node);
-    }
-    if (isa<TreeMeanOp, PathReduceOp>(op)) {
-      preFirst = ix.idx(t.pre, node);
-      preEnd = ix.add(preFirst, ix.idx(t.size, node));
     }
     if (isa<NumChildrenOp>(op))
       return e.toFloat(ix.sub(childEnd, childBegin));
@@ -116,73 +129,81 @@ private:
       Value x = atNode(p.getOperand(), safe);
       return b.create<arith::SelectOp>(e.loc, root, eval(p.getFill()), x);
     }
-    if (auto c = dyn_cast<ChildMeanOp>(op)) {
-      auto acc = ix.range(
-          childBegin, childEnd, {zero, zero}, [&](Value i, ValueRange a) {
-            Value x = atNode(c.getOperand(), ix.idx(t.children, i));
-            return SmallVector<Value>{
-                b.create<arith::AddFOp>(e.loc, a[0], x),
-                b.create<arith::AddFOp>(e.loc, a[1], one)};
-          });
-      return mean(acc[0], acc[1]);
-    }
-    if (auto tm = dyn_cast<TreeMeanOp>(op)) {
-      // The leaves of the subtree, each weighted by the product of
-      // 1 / num_children over the inner nodes on the way down to it.
-      return ix.range(preFirst, preEnd, {zero}, [&](Value p, ValueRange a) {
-        Value m = ix.idx(t.preNode, p);
-        Value leaf =
-            b.create<arith::CmpFOp>(e.loc, arith::CmpFPredicate::OEQ,
-                                    atNode(tm.getNumChildren(), m), zero);
-        auto [reached, w] = walkUp(m, tm.getNumChildren());
-        Value take = b.create<arith::AndIOp>(e.loc, leaf, reached);
-        Value x = b.create<arith::MulFOp>(e.loc, w, atNode(tm.getOperand(), m));
-        return SmallVector<Value>{b.create<arith::SelectOp>(
-            e.loc, take, b.create<arith::AddFOp>(e.loc, a[0], x), a[0])};
-      })[0];
-    }
-    if (auto pr = dyn_cast<PathReduceOp>(op)) {
-      PathReduceKind k = pr.getKind();
-      Value init = k == PathReduceKind::SubtreeMax
-                       ? e.fconst(-std::numeric_limits<double>::infinity())
-                       : zero;
-      // The sequences whose leaf is this node (leaf_mean), or any node of
-      // its subtree (positions [preFirst, preEnd)); empty sequences have no
-      // leaf and are in neither.
-      Value lo = ix.startOf(t.seqEnd, preFirst);
-      Value last = k == PathReduceKind::LeafMean ? preFirst
-                                                 : ix.sub(preEnd, ix.e.i64(1));
-      Value some = ix.cmpI(arith::CmpIPredicate::slt, preFirst, preEnd);
-      Value safeLast = b.create<arith::SelectOp>(e.loc, some, last, preFirst);
-      Value hi = b.create<arith::SelectOp>(e.loc, some,
-                                           ix.idx(t.seqEnd, safeLast), lo);
-      auto acc = ix.range(lo, hi, {init, zero}, [&](Value i, ValueRange a) {
-        Value s = ix.idx(t.seqByPre, i);
-        Value x = e.loadBuffer(pr.getOperand(), s);
-        Value next = k == PathReduceKind::SubtreeMax
-                         ? Value(b.create<arith::MaximumFOp>(e.loc, a[0], x))
-                         : Value(b.create<arith::AddFOp>(e.loc, a[0], x));
-        return SmallVector<Value>{next,
-                                  b.create<arith::AddFOp>(e.loc, a[1], one)};
+    if (auto c = dyn_cast<ChildMeanOp>(op))
+      return shiftedMean(childBegin, childEnd, [&](Value i) {
+        return atNode(c.getOperand(), ix.idx(t.children, i));
       });
-      if (k == PathReduceKind::SubtreeSum)
-        return acc[0];
-      if (k == PathReduceKind::SubtreeMax) {
-        Value some = b.create<arith::CmpFOp>(e.loc, arith::CmpFPredicate::OGT,
-                                             acc[1], zero);
-        return b.create<arith::SelectOp>(e.loc, some, acc[0], zero);
-      }
-      return mean(acc[0], acc[1]);
-    }
+    if (auto tm = dyn_cast<TreeMeanOp>(op))
+      return treeMean(tm, childBegin, childEnd);
+    if (auto pr = dyn_cast<PathReduceOp>(op))
+      return pathReduce(pr);
     SmallVector<Value> x;
     for (Value o : op->getOperands())
       x.push_back(eval(o));
     return e.elementwise(op, x);
   }
 
+  /// A leaf's operand, an inner node's mean of its children's tree_mean
+  /// (stored by the sweep before it reaches this node), 0 on a node no root
+  /// reaches (a cycle; the batch loaders reject them). Stored at once for
+  /// the parent.
+  Value treeMean(TreeMeanOp tm, Value childBegin, Value childEnd) {
+    using P = arith::CmpIPredicate;
+    auto found = abi.storage.find(tm.getResult());
+    assert(found != abi.storage.end() && "planScratch stores every tree_mean");
+    unsigned buf = found->second;
+    Value leaf = ix.cmpI(P::sge, childBegin, childEnd);
+    Value inner = shiftedMean(childBegin, childEnd, [&](Value i) {
+      return e.loadBuffer(tm.getResult(), ix.idx(t.children, i));
+    });
+    Value v = b.create<arith::SelectOp>(e.loc, leaf,
+                                        atNode(tm.getOperand(), node), inner);
+    Value reached = ix.cmpI(P::sgt, ix.idx(t.size, node), e.i64(0));
+    v = b.create<arith::SelectOp>(e.loc, reached, v, e.fconst(0.0));
+    e.storeBuffer(buf, v, node);
+    return v;
+  }
+
+  /// Over the sequences whose leaf is this node (leaf_mean), or any node of
+  /// its subtree (preorder positions [pre, pre + size)); empty sequences
+  /// have no leaf and are in neither.
+  Value pathReduce(PathReduceOp pr) {
+    using P = arith::CmpIPredicate;
+    PathReduceKind k = pr.getKind();
+    Value preFirst = ix.idx(t.pre, node);
+    Value preEnd = ix.add(preFirst, ix.idx(t.size, node));
+    Value lo = ix.startOf(t.seqEnd, preFirst);
+    Value last = k == PathReduceKind::LeafMean ? preFirst
+                                               : ix.sub(preEnd, e.i64(1));
+    Value some = ix.cmpI(P::slt, preFirst, preEnd);
+    Value safeLast = b.create<arith::SelectOp>(e.loc, some, last, preFirst);
+    Value hi =
+        b.create<arith::SelectOp>(e.loc, some, ix.idx(t.seqEnd, safeLast), lo);
+    auto term = [&](Value i) {
+      return e.loadBuffer(pr.getOperand(), ix.idx(t.seqByPre, i));
+    };
+    if (k == PathReduceKind::LeafMean || k == PathReduceKind::SubtreeMean)
+      return shiftedMean(lo, hi, term);
+    bool max = k == PathReduceKind::SubtreeMax;
+    Value init = max ? e.fconst(-std::numeric_limits<double>::infinity())
+                     : e.fconst(0.0);
+    Value acc = ix.range(lo, hi, {init}, [&](Value i, ValueRange a) {
+      Value x = term(i);
+      return SmallVector<Value>{
+          max ? Value(b.create<arith::MaximumFOp>(e.loc, a[0], x))
+              : Value(b.create<arith::AddFOp>(e.loc, a[0], x))};
+    })[0];
+    if (!max)
+      return acc;
+    // No sequence: 0, not -inf.
+    return b.create<arith::SelectOp>(e.loc, ix.cmpI(P::slt, lo, hi), acc,
+                                     e.fconst(0.0));
+  }
+
   Emitter &e;
   OpBuilder &b;
   IndexOps ix;
+  const Abi &abi;
   const Abi::TreeScratch &t;
   KernelOp kernel;
   ArrayRef<std::pair<Value, unsigned>> stores;

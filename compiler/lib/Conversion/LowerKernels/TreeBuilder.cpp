@@ -87,10 +87,12 @@ private:
       return SmallVector<Value>{next};
     })[0];
     // Nodes not reached from a root (a cycle; the batch loaders reject
-    // them) keep an empty subtree.
+    // them) keep an empty subtree and no preorder position (preNode -1
+    // past the reached ones).
     each(zero, K, [&](Value k) {
       setIdx(t.size, k, zero);
       setIdx(t.pre, k, zero);
+      setIdx(t.preNode, k, e.i64(-1));
     });
     // Subtree sizes, children before parents (reverse breadth-first).
     each(zero, reached, [&](Value i) {
@@ -148,15 +150,6 @@ private:
 
   const Abi::TreeScratch &t;
 };
-
-/// One unit per tree node. Node values from earlier kernels are read from
-/// their buffers at any node; structure comes from `node_parent` and the
-/// TreeBuilder kernel's arrays (Abi::TreeScratch): a node's children, the
-/// nodes of its subtree and the sequences whose leaves lie in it are ranges
-/// there. So num_children is O(1), child_mean O(children), tree_mean
-/// O(subtree nodes * depth) and the path reductions O(sequences in the
-/// subtree): a batch's node kernels do O(K * depth^2 + B * depth) work in
-/// all, not O(K^2) (they scanned every node or sequence per node before,
 
 } // namespace
 
