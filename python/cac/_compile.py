@@ -35,16 +35,16 @@ def find_compiler(compiler=None):
     """The `cac` executable: `compiler`, else $CAC_COMPILER, else bin/cac of
     the build this package sits in (build/python/cac -> build/bin/cac), else
     `cac` on PATH."""
-    candidates = [compiler, os.environ.get("CAC_COMPILER")]
-    candidates.append(Path(__file__).resolve().parent.parent.parent / "bin" / "cac")
-    candidates.append(shutil.which("cac"))
-    for c in candidates:
+    explicit = compiler or os.environ.get("CAC_COMPILER")
+    if explicit:
+        if os.path.isfile(explicit) and os.access(explicit, os.X_OK):
+            return str(explicit)
+        raise FileNotFoundError(f"the cac compiler {explicit} does not exist "
+                                "or is not executable")
+    built = Path(__file__).resolve().parent.parent.parent / "bin" / "cac"
+    for c in (built, shutil.which("cac")):
         if c and os.path.isfile(c) and os.access(c, os.X_OK):
             return str(c)
-    if compiler or os.environ.get("CAC_COMPILER"):
-        raise FileNotFoundError(
-            f"the cac compiler {compiler or os.environ['CAC_COMPILER']} "
-            "does not exist or is not executable")
     raise FileNotFoundError(
         "cannot find the cac compiler: pass compiler=PATH, set CAC_COMPILER, "
         "or build it (scripts/build.sh puts it in build/bin/cac)")
