@@ -9,6 +9,8 @@ by content) and runs its kernels through the cac runtime: CPU tensors on
 the compiled host code with a thread pool.
 """
 
+import os
+
 import torch  # noqa: F401  (loads LibTorch before the extension)
 
 from . import _cac
@@ -23,7 +25,9 @@ __all__ = ["load", "Estimator", "Objective", "CompileError", "compile_bundle",
 def load(path, params=None, *, threads=0, options=None, compiler=None,
          cache_dir=None):
     """Compiles (or takes from the cache) the .cac file `path` and returns
-    an Estimator, or an Objective when the file declares a loss.
+    an Estimator, or an Objective when the file declares a loss. `path` may
+    also be a bundle folder (`cac compile --bundle DIR`), which then runs
+    in its one precision without the compiler.
 
     params: {name: value} overriding the file's defaults (unknown names are
     an error). threads: CPU threads per call (0: by batch size). options:
@@ -33,7 +37,10 @@ def load(path, params=None, *, threads=0, options=None, compiler=None,
     ~/.cache/cac)."""
     args = dict(threads=threads, options=options, compiler=compiler,
                 cache_dir=cache_dir)
-    bundle = _cac.Bundle(compile_bundle(path, "f32", options, compiler,
-                                        cache_dir))
+    if os.path.isdir(path):
+        bundle = _cac.Bundle(str(path))
+    else:
+        bundle = _cac.Bundle(compile_bundle(path, "f32", options, compiler,
+                                            cache_dir))
     cls = Objective if bundle.objective is not None else Estimator
     return cls(path, params, **args)

@@ -244,7 +244,7 @@ def check_segments(layout, counts, starts, name):
     """The segment values given per sequence must be as many as the
     estimator's segments (its `_seg_start` output)."""
     cs = torch.cat([starts.new_zeros(1), (starts != 0).long().cumsum(0)]).cpu()
-    off = layout.batch.seq_offsets.long()
+    off = layout.batch.seq_offsets.long().cpu()
     found = cs[off[1:]] - cs[off[:-1]]
     bad = (found != counts).nonzero()
     if bad.numel():

@@ -1,5 +1,7 @@
 """Estimators: a compiled .cac file run on torch tensors."""
 
+import os
+
 import torch
 
 from . import _batch, _cac
@@ -21,7 +23,7 @@ class Estimator:
         self._compile_args = dict(options=options, compiler=compiler,
                                   cache_dir=cache_dir)
         self._bundles = {}
-        b = self._bundle(torch.float32)
+        b = self._interface()
         self.name = b.name
         self._buffers = b.buffers
         self._needs_groups = b.needs_groups
@@ -81,11 +83,30 @@ class Estimator:
             raise TypeError(f"parameter '{name}' must be a number, got "
                             f"{value!r}") from None
 
+    def _interface(self):
+        """A bundle to read the interface from (both precisions share it)."""
+        if not self._bundles and os.path.isdir(self.path):
+            b = _cac.Bundle(self.path)
+            self._bundles[b.dtype] = b
+        if self._bundles:
+            return next(iter(self._bundles.values()))
+        return self._bundle(torch.float32)
+
     def _bundle(self, dtype):
         key = "f64" if dtype == torch.float64 else "f32"
         if key not in self._bundles:
-            d = compile_bundle(self.path, key, **self._compile_args)
-            self._bundles[key] = _cac.Bundle(d)
+            if os.path.isdir(self.path):
+                # A bundle folder made elsewhere (a machine without the
+                # compiler): one precision only.
+                b = _cac.Bundle(self.path)
+                if b.dtype != key:
+                    raise TypeError(f"the bundle {self.path} is {b.dtype}; "
+                                    f"{dtype} inputs need a bundle compiled "
+                                    "for it (or load the .cac file)")
+                self._bundles[key] = b
+            else:
+                d = compile_bundle(self.path, key, **self._compile_args)
+                self._bundles[key] = _cac.Bundle(d)
         return self._bundles[key]
 
     def __repr__(self):
@@ -131,6 +152,10 @@ class Estimator:
         n = self.threads if threads is None else int(threads)
         if finish_params is not None:
             params = finish_params(dict(params), layout)
+        if layout.device.type != "cpu":
+            # The structure is built on the host; it moves once, and
+            # unpacking then finds the mask on the outputs' device.
+            layout.batch = layout.batch.to(str(layout.device))
         out = self._bundle(dtype).run(buffers, layout.batch, params, n)
         if seg_inputs and "_seg_start" in out:
             _batch.check_segments(layout, counts, out["_seg_start"], seg_inputs[0])

@@ -54,7 +54,7 @@ class Objective(Estimator):
         return self._objective()["wrt"]
 
     def _objective(self):
-        return self._bundle(torch.float32).objective
+        return self._interface().objective
 
     def loss(self, *, aggregation=None, norm_len=None, return_outputs=False,
              threads=None, **inputs):

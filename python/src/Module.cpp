@@ -86,6 +86,12 @@ void bindBatch(py::module_ &m) {
            py::return_value_policy::reference_internal)
       .def("set_tree", &PackedBatch::setTree, py::arg("node_parent"),
            py::arg("token_node"), py::return_value_policy::reference_internal)
+      .def(
+          "to",
+          [](const PackedBatch &b, const std::string &device) {
+            return b.to(at::Device(device));
+          },
+          py::arg("device"), "A copy whose structure arrays live on device.")
       .def("pack", &PackedBatch::pack, py::arg("padded"))
       .def("unpack", &PackedBatch::unpack, py::arg("packed"),
            py::arg("fill") = 0.0, py::arg("t") = -1)

@@ -119,3 +119,16 @@ def test_bundles_are_cached_by_content(tmp_path):
     src.write_text(src.read_text() + "\n# changed\n")
     assert cac.compile_bundle(src, cache_dir=tmp_path / "cache") != first
     assert cac.compile_bundle(src, "f64", cache_dir=tmp_path / "cache") != first
+
+
+def test_a_bundle_folder_runs_without_the_compiler(tmp_path, monkeypatch):
+    """What a machine without MLIR does: load `cac compile --bundle DIR`."""
+    folder = cac.compile_bundle(STDLIB / "gae.cac", "f64", cache_dir=tmp_path)
+    batch = cacref.random_batch("gae", 7, max_len=9)
+    batch["params"] = {"lambda": 0.9}
+    want = cac_eval(STDLIB / "gae.cac", batch)
+    monkeypatch.setenv("CAC_COMPILER", str(tmp_path / "no-compiler-here"))
+    est = cac.load(folder, params={"lambda": 0.9})
+    compare(est, est(**padded_call(est, batch)), want, batch, 1e-9)
+    with pytest.raises(TypeError, match="is f64"):
+        est(**padded_call(est, batch, torch.float32))
