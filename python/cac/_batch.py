@@ -45,11 +45,29 @@ def check_real(name, t):
                     "or float64 (or integer/bool flags)")
 
 
-def check_device(name, t, device):
-    if t.device != device:
-        raise ValueError(f"input '{name}' is on {t.device} but the batch "
-                         f"(mask/lengths) is on {device}; put every input on "
-                         "one device")
+def _check_device_kind(name, t):
+    if t.device.type not in ("cpu", "cuda"):
+        raise ValueError(f"'{name}' is on {t.device}; cac runs on CPU or CUDA "
+                         "tensors")
+
+
+def settle_device(layout, tensors):
+    """All inputs on one device, which the run uses; the mask or lengths
+    may be there too or on the CPU (the structure is built on the host)."""
+    device, first = None, None
+    for name, t in tensors.items():
+        if device is None:
+            device, first = t.device, name
+        elif t.device != device:
+            raise ValueError(f"input '{name}' is on {t.device} but '{first}' "
+                             f"is on {device}; put every input on one device")
+    if device is None:
+        return
+    _check_device_kind(first, tensors[first])
+    if layout.device != device and layout.device.type != "cpu":
+        raise ValueError(f"the inputs are on {device} but the mask/lengths on "
+                         f"{layout.device}")
+    layout.device = device
 
 
 class Layout:
@@ -94,10 +112,11 @@ def _padded_layout(mask):
     if mask.is_complex():
         raise TypeError(f"mask has dtype {mask.dtype}; expected bool, "
                         "integer or float 0/1")
+    _check_device_kind("mask", mask)
     m = mask != 0
-    _check_rows(m.sum(dim=1), "mask")
-    batch = _cac.Batch.from_mask(m.cpu())
-    return Layout(batch, True, mask.device, m)
+    host = m.cpu()
+    _check_rows(host.sum(dim=1), "mask")
+    return Layout(_cac.Batch.from_mask(host), True, mask.device, m)
 
 
 def _packed_layout(lengths, offsets):
@@ -109,6 +128,7 @@ def _packed_layout(lengths, offsets):
                              f"{shape_of(offsets)} and dtype {offsets.dtype}")
         if int(offsets[0]) != 0:
             raise ValueError(f"offsets: offsets[0] must be 0, got {int(offsets[0])}")
+        _check_device_kind("offsets", offsets)
         device = offsets.device
         lengths = (offsets[1:] - offsets[:-1]).cpu()
     else:
@@ -117,6 +137,7 @@ def _packed_layout(lengths, offsets):
             raise ValueError("lengths: expected integer [B] (tokens per "
                              f"sequence), got shape {shape_of(lengths)} and "
                              f"dtype {lengths.dtype}")
+        _check_device_kind("lengths", lengths)
         device = lengths.device
         lengths = lengths.cpu()
     _check_rows(lengths, "lengths" if offsets is None else "offsets")

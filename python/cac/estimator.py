@@ -205,12 +205,12 @@ class Estimator:
                                 f"({s['domain']}: {self._expected(s['domain'], layout)})")
             x = _batch.as_tensor(name, kw[name])
             _batch.check_real(name, x)
-            _batch.check_device(name, x, layout.device)
             if x.is_floating_point():
                 floats[name] = x.dtype
             if s["domain"] == "seg":
                 seg_inputs.append(name)
             tensors[name] = x
+        _batch.settle_device(layout, tensors)
         dtypes = set(floats.values())
         if len(dtypes) > 1:
             a = next(n for n, d in floats.items() if d == torch.float32)

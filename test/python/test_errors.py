@@ -52,8 +52,12 @@ def test_not_a_tensor(gae):
 
 
 def test_wrong_device(gae):
-    with pytest.raises(ValueError, match=r"input 'value' is on meta but the batch .* is on cpu"):
+    with pytest.raises(ValueError, match=r"input 'reward' is on cpu but 'value' is on meta"):
         gae(value=torch.empty(2, 6, device="meta"), reward=R, mask=MASK)
+    with pytest.raises(ValueError, match=r"'mask' is on meta; cac runs on CPU or CUDA"):
+        gae(value=V, reward=R, mask=torch.ones(2, 6, device="meta"))
+    with pytest.raises(ValueError, match=r"'value' is on meta; cac runs on CPU or CUDA"):
+        gae(value=torch.empty(2, 6, device="meta"), reward=R.to("meta"), mask=MASK)
 
 
 def test_missing_and_unknown_inputs(gae):
