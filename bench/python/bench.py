@@ -5,16 +5,18 @@
         /usr/bin/python3 bench/python/bench.py [--shape 256x4096] [--iters 21] [--threads 2]
 
 For each method at B x T (ragged lengths T/2..T, float32, groups of 8), the
-median milliseconds of:
+median (and minimum) milliseconds of:
   runtime   the runtime's call, BundleEstimator::run on packed inputs with
             the batch built beforehand (through the extension's thin
-            binding: what cac-run's C++ pays);
+            binding);
+  runtime+batch  the same with the PackedBatch built from the lengths (and
+            group ids) in the call, as a C++ trainer pays per batch;
   packed    est(value=[N], reward=[B], lengths=[B]): the package's checks,
             the batch from the lengths, the run;
   padded    est(value=[B, T], reward=[B], mask=[B, T]): the same from the
             padded layout, outputs unpacked to [B, T];
   pad<->pack  the padded path's own work alone: the batch from the mask,
-            packing the inputs and unpacking the outputs;
+            packing the token inputs and unpacking the token outputs;
   verl      the same method as verl's loop (test/python/verl_reference.py, a
             transcription of verl's core_algos loops in PyTorch, not verl).
 A benchmark, not a test; it checks only that the package's outputs equal
@@ -32,21 +34,23 @@ import torch
 
 import cac
 import cac.verl
-from cac import _cac
+from cac import _batch, _cac
 
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "test" / "python"))
 from verl_reference import ref_gae, ref_grpo  # noqa: E402
 
 
-def median_ms(iters, fn):
+def timed(iters, fn):
+    """(median, min) milliseconds over `iters` calls after a warm-up: the
+    median is the typical call, the minimum the call on an idle machine."""
     fn()
     times = []
     for _ in range(iters):
         t = time.perf_counter()
         fn()
         times.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(times)
+    return statistics.median(times), min(times)
 
 
 def make_batch(B, T, seed=1):
@@ -74,41 +78,48 @@ def bench_method(name, est, b, iters, threads):
     batch = _cac.Batch.from_lengths(lengths)
     if structure:
         batch.set_groups(b["group"])
-    runtime = median_ms(iters, lambda: bundle.run(packed, batch, est.params, threads))
-    packed_ms = median_ms(iters, lambda: est(lengths=lengths, threads=threads,
-                                             **packed, **structure))
-    padded_ms = median_ms(iters, lambda: est(mask=mask, threads=threads,
-                                             **inputs, **structure))
+
+    def runtime_with_batch():
+        pb = _cac.Batch.from_lengths(lengths)
+        if structure:
+            pb.set_groups(b["group"])
+        bundle.run(packed, pb, est.params, threads)
+
+    t = {"runtime": timed(iters, lambda: bundle.run(packed, batch, est.params, threads)),
+         "runtime+batch": timed(iters, runtime_with_batch),
+         "packed": timed(iters, lambda: est(lengths=lengths, threads=threads,
+                                            **packed, **structure)),
+         "padded": timed(iters, lambda: est(mask=mask, threads=threads,
+                                            **inputs, **structure))}
 
     def convert():
-        pb = _cac.Batch.from_mask(mask)
+        layout = _batch.make_layout({"mask": mask})
         for v in inputs.values():
             if v.dim() == 2:
-                pb.pack(v)
+                layout.pack(v)
         for _ in est.outputs:
-            pb.unpack(torch.empty(pb.num_tokens))
-    convert_ms = median_ms(iters, convert)
+            layout.to_caller(torch.empty(layout.N))
+    t["pad<->pack"] = timed(iters, convert)
 
     out = est(mask=mask, threads=threads, **inputs, **structure)
     want = bundle.run(packed, batch, est.params, threads)
     for k in est.outputs:
         assert torch.equal(out[k][mask], want[k]), f"{name}.{k} differs"
 
+    few = max(3, iters // 8)
     if name == "gae":
-        verl = median_ms(max(3, iters // 4), lambda: ref_gae(
-            b["token_rewards"], b["value"], mask.float(), 1.0, 0.95))
+        t["verl"] = timed(few, lambda: ref_gae(b["token_rewards"], b["value"],
+                                               mask.float(), 1.0, 0.95))
     elif name == "verl_grpo":
-        verl = median_ms(max(3, iters // 4), lambda: ref_grpo(
-            b["token_rewards"], mask.float(), b["uids"]))
-    else:
-        verl = float("nan")
-    return runtime, packed_ms, padded_ms, convert_ms, verl
+        t["verl"] = timed(few, lambda: ref_grpo(b["token_rewards"], mask.float(),
+                                                b["uids"]))
+    return t
 
 
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", default="256x4096")
-    ap.add_argument("--iters", type=int, default=21)
+    ap.add_argument("--iters", type=int, default=41)
     ap.add_argument("--threads", type=int, default=2)
     args = ap.parse_args()
     B, T = (int(x) for x in args.shape.split("x"))
@@ -117,14 +128,16 @@ def main():
                "sae": cac.load(REPO / "stdlib" / "sae.cac", params={"lambda": 0.95}),
                "verl_grpo": cac.load(cac.verl.GRPO)}
     print(f"B x T = {B} x {T} (ragged, {int(b['lengths'].sum())} tokens), float32, "
-          f"{args.threads} threads, median of {args.iters}; torch {torch.__version__}")
-    print("| method | runtime ms | packed ms | packed over runtime | padded ms "
-          "| pad<->pack ms | verl loop ms |")
-    print("| --- | --- | --- | --- | --- | --- | --- |")
+          f"{args.threads} threads, median (min) of {args.iters} calls; torch {torch.__version__}")
+    cols = ["runtime", "runtime+batch", "packed", "padded", "pad<->pack", "verl"]
+    print("| method | " + " | ".join(f"{c} ms" for c in cols)
+          + " | packed over runtime+batch |")
+    print("| --- " * (len(cols) + 2) + "|")
     for name, est in methods.items():
-        r, p, d, c, v = bench_method(name, est, b, args.iters, args.threads)
-        print(f"| {name} | {r:.2f} | {p:.2f} | {100 * (p / r - 1):+.1f}% | {d:.2f} "
-              f"| {c:.2f} | {v:.1f} |")
+        t = bench_method(name, est, b, args.iters, args.threads)
+        cells = [f"{t[c][0]:.2f} ({t[c][1]:.2f})" if c in t else "-" for c in cols]
+        over = [100 * (t["packed"][i] / t["runtime+batch"][i] - 1) for i in (0, 1)]
+        print(f"| {name} | " + " | ".join(cells) + f" | {over[0]:+.0f}% ({over[1]:+.0f}%) |")
 
 
 if __name__ == "__main__":

@@ -146,6 +146,8 @@ class Estimator:
                 x = _batch.seg_buffer(name, x, layout, counts)
             else:
                 self._check_shape(name, spec["domain"], x, layout)
+                if spec["domain"] == "token" and layout.padded:
+                    x = layout.pack(x)
             buffers[name] = x if x.dtype == dtype else x.to(dtype)
         if seg_count is not None and not seg_inputs:
             raise TypeError(f"seg_count given but {self.name} has no seg input")
