@@ -155,8 +155,8 @@ class Estimator:
         if finish_params is not None:
             params = finish_params(dict(params), layout)
         if layout.device.type != "cpu":
-            # The structure is built on the host; it moves once, and
-            # unpacking then finds the mask on the outputs' device.
+            # The structure is built on the host and moves to the inputs'
+            # device once, rather than inside the runtime's run.
             layout.batch = layout.batch.to(str(layout.device))
         out = self._bundle(dtype).run(buffers, layout.batch, params, n)
         if seg_inputs and "_seg_start" in out:
