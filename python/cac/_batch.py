@@ -92,7 +92,10 @@ class Layout:
         if self._index is None:
             self._index = self.host_mask.reshape(-1).nonzero().squeeze(1)
         if self._index.device != device:
-            self._index = self._index.to(device)
+            # From pinned memory, so that the copy does not wait for the
+            # device.
+            src = self._index.pin_memory() if device.type == "cuda" else self._index
+            self._index = src.to(device, non_blocking=True)
         return self._index
 
     def pack(self, x):
@@ -137,9 +140,11 @@ def _padded_layout(mask):
     _check_device_kind("mask", mask)
     m = mask if mask.dtype == torch.bool else mask != 0
     host = m.cpu()
-    batch = _cac.Batch.from_mask(host)
-    _check_rows(batch.lengths, "mask")
-    return Layout(batch, True, mask.device, m, host)
+    counts = host.sum(dim=1)
+    _check_rows(counts, "mask")
+    # The package packs and unpacks with its own index (Layout.pack), so the
+    # runtime's batch needs the lengths only, not a copy of the mask.
+    return Layout(_cac.Batch.from_lengths(counts), True, mask.device, m, host)
 
 
 def _packed_layout(lengths, offsets):
@@ -225,8 +230,7 @@ def set_tree(layout, parent, node):
                          f"{shape_of(node)} and dtype {node.dtype}")
     node = node.cpu().long()
     if layout.padded:
-        # Padding may hold anything; only action tokens are read.
-        node = torch.where(layout.mask.cpu(), node, torch.zeros_like(node))
+        node = layout.pack(node)
     layout.batch.set_tree(parent.cpu().long(), node)
 
 

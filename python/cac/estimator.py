@@ -157,7 +157,7 @@ class Estimator:
         if layout.device.type != "cpu":
             # The structure is built on the host and moves to the inputs'
             # device once, rather than inside the runtime's run.
-            layout.batch = layout.batch.to(str(layout.device))
+            layout.batch = layout.batch.to(str(layout.device), True)
         out = self._bundle(dtype).run(buffers, layout.batch, params, n)
         if seg_inputs and "_seg_start" in out:
             _batch.check_segments(layout, counts, out["_seg_start"], seg_inputs[0])

@@ -88,10 +88,10 @@ void bindBatch(py::module_ &m) {
            py::arg("token_node"), py::return_value_policy::reference_internal)
       .def(
           "to",
-          [](const PackedBatch &b, const std::string &device) {
-            return b.to(at::Device(device));
-          },
-          py::arg("device"), "A copy whose structure arrays live on device.")
+          [](const PackedBatch &b, const std::string &device,
+             bool nonBlocking) { return b.to(at::Device(device), nonBlocking); },
+          py::arg("device"), py::arg("non_blocking") = false,
+          "A copy whose structure arrays live on device.")
       .def("pack", &PackedBatch::pack, py::arg("padded"))
       .def("unpack", &PackedBatch::unpack, py::arg("packed"),
            py::arg("fill") = 0.0, py::arg("t") = -1)
