@@ -117,4 +117,5 @@ class Objective(Estimator):
         count = out["loss_count"]
         if spec["loss_domain"] == "seq" or int(params.get("aggregation", 0)) == 0:
             return count.sum()
-        return torch.tensor(float(layout.B), dtype=count.dtype, device=count.device)
+        # A fill on the device, not a copy from the host (which would wait).
+        return count.new_full((), float(layout.B))
