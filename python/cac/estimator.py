@@ -176,9 +176,8 @@ class Estimator:
                                 f"[{layout.B}] group ids: integers or "
                                 "hashable ids such as uid strings)")
             layout.batch.set_groups(_batch.group_ids(group, layout.B))
-        elif group is not None:
-            raise TypeError(f"{self.name}: unknown input 'group' (it has no "
-                            "group input; inputs: " + ", ".join(self.inputs) + ")")
+        # Groups and trees describe the batch: an estimator that reads
+        # neither ignores them, so a trainer may pass them to any method.
         if self._needs_tree:
             if parent is None or node is None:
                 missing = "tree_parent" if parent is None else "tree_node"
@@ -186,9 +185,6 @@ class Estimator:
                                 "rollout tree: tree_parent [K] and tree_node "
                                 "like a token input)")
             _batch.set_tree(layout, parent, node)
-        elif parent is not None or node is not None:
-            raise TypeError(f"{self.name}: unknown input 'tree_parent'/"
-                            "'tree_node' (it has no tree input)")
 
     def _tensors(self, kw, layout):
         """The declared inputs as tensors, checked for presence, dtype and

@@ -101,9 +101,10 @@ def test_groups():
         grpo(reward=R, lengths=lengths, group=["a", "b", "c"])
     with pytest.raises(TypeError, match=r"group has dtype torch.float32"):
         grpo(reward=R, lengths=lengths, group=torch.tensor([0.5, 1.5]))
+    # The batch's groups are structure: a method without groups ignores them.
     gae = cac.load(STDLIB / "gae.cac")
-    with pytest.raises(TypeError, match=r"unknown input 'group'"):
-        gae(value=V, reward=R, mask=MASK, group=[0, 1])
+    assert torch.equal(gae(value=V, reward=R, mask=MASK, group=["a", "b"])["adv"],
+                       gae(value=V, reward=R, mask=MASK)["adv"])
 
 
 def test_tree():

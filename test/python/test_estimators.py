@@ -23,7 +23,6 @@ def load(method, params):
 
 def compare(est, out, want, batch, tol, padded=True):
     rows = _rows(batch)
-    off = 0
     for name, domain in est.outputs.items():
         what = f"{est.name}.{name}"
         if domain == "token":
