@@ -7,7 +7,7 @@
 #                                            # GoogleTest and nlohmann-json
 #                                            # into .gpu-deps/ (git-ignored)
 # Then on the GPU machine, from the repository root, carrying .gpu-deps:
-#   scripts/gpu/check.sh [tests] [bench] [train]    (all three by default)
+#   scripts/gpu/check.sh [tests] [bench] [train] [python]  (all four by default)
 #     tests  the runtime's kernel tests, CUDA ones included: every stdlib
 #            bundle's PTX against its host.so (StdlibBundle.
 #            EveryMethodCudaMatchesCpu), raw launches, mixed devices
@@ -19,6 +19,10 @@
 #            and --resume on the GPU, and `--gpus 1` (c10d ProcessGroupNCCL)
 #            against it (scripts/gpu/cac-run/run.sh; `nccl` is
 #            another name for this step)
+#     python the Python package's extension built against that torch, CUDA
+#            tensors against CPU tensors through the staged bundles, a side
+#            stream, no host sync on the packed path
+#            (scripts/gpu/python/run.sh)
 #     main   the embedded default (examples/arith/train.cac) trained on the
 #            GPU: accuracy before and after RL, time per phase (not run by
 #            default)
@@ -34,7 +38,7 @@ export OUT=${OUT:-/tmp/cac-gpu-check}
 mkdir -p "$OUT"
 [ -d .gpu-deps ] || { echo "no .gpu-deps: run scripts/gpu/stage.sh where the compiler is, and carry .gpu-deps"; exit 1; }
 steps=("$@")
-[ ${#steps[@]} = 0 ] && steps=(tests bench train)
+[ ${#steps[@]} = 0 ] && steps=(tests bench train python)
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader | tee "$OUT/gpu.txt"
 status=0
 for s in "${steps[@]}"; do
@@ -46,9 +50,10 @@ for s in "${steps[@]}"; do
       --methods gae,sae,grpo,gae_dense,rloo,spo_chain,sapo,treeadv,spo_tree} \
       --iters 30 || status=1 ;;
   train | nccl) scripts/gpu/cac-run/run.sh || status=1 ;;
+  python) scripts/gpu/python/run.sh || status=1 ;;
   main) scripts/gpu/cac-run/run.sh main || status=1 ;;
   gen) scripts/gpu/cac-run/run.sh gen || status=1 ;;
-  *) echo "unknown step '$s' (tests, bench, train, main, gen)"; status=2 ;;
+  *) echo "unknown step '$s' (tests, bench, train, python, main, gen)"; status=2 ;;
   esac
 done
 exit $status

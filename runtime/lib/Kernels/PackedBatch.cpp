@@ -222,13 +222,19 @@ PackedBatch &PackedBatch::setTree(const at::Tensor &nodeParent,
   return *this;
 }
 
-PackedBatch PackedBatch::to(const at::Device &dev) const {
+PackedBatch PackedBatch::to(const at::Device &dev, bool nonBlocking) const {
   PackedBatch out = *this;
+  const bool async = nonBlocking && dev.is_cuda();
   for (at::Tensor *t : {&out.seqOffsets_, &out.seqGroup_, &out.groupOffsets_,
                         &out.groupMembers_, &out.groupIds_, &out.nodeParent_,
-                        &out.tokenNode_, &out.lengths_, &out.mask_})
-    if (t->defined() && t->device() != dev)
-      *t = t->to(dev);
+                        &out.tokenNode_, &out.lengths_, &out.mask_}) {
+    if (!t->defined() || t->device() == dev)
+      continue;
+    // An asynchronous copy needs pinned host memory; LibTorch's host
+    // allocator keeps it until the copy has run.
+    at::Tensor src = async && t->is_cpu() ? t->pin_memory() : *t;
+    *t = src.to(dev, /*non_blocking=*/async);
+  }
   return out;
 }
 

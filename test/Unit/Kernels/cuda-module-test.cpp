@@ -189,6 +189,22 @@ void expectSame(const TensorMap &cpu, const TensorMap &cuda, double tol) {
   }
 }
 
+TEST_F(CudaBundle, NonBlockingBatchMoveEqualsBlocking) {
+  at::manual_seed(5);
+  PackedBatch batch =
+      PackedBatch::fromLengths(at::randint(1, 40, {300}, at::kLong));
+  batch.setGroups(at::randint(0, 7, {300}, at::kLong));
+  PackedBatch blocking = batch.to(gpu);
+  PackedBatch async = batch.to(gpu, /*nonBlocking=*/true);
+  EXPECT_TRUE(async.seqOffsets().is_cuda());
+  EXPECT_TRUE(at::equal(async.seqOffsets().cpu(), blocking.seqOffsets().cpu()));
+  EXPECT_TRUE(at::equal(async.seqGroup().cpu(), blocking.seqGroup().cpu()));
+  EXPECT_TRUE(
+      at::equal(async.groupMembers().cpu(), blocking.groupMembers().cpu()));
+  EXPECT_TRUE(
+      at::equal(async.groupOffsets().cpu(), blocking.groupOffsets().cpu()));
+}
+
 TEST_F(CudaBundle, DiscMatchesCpu) {
   TempBundle tb(discManifest(), true, true);
   BundleEstimator est = BundleEstimator::load(tb.dir());

@@ -48,7 +48,10 @@ public:
                        const at::Tensor &tokenNode);
 
   /// A copy whose structure arrays live on `device` (shares when equal).
-  PackedBatch to(const at::Device &device) const;
+  /// With `nonBlocking`, host arrays go to a CUDA device from pinned memory
+  /// without waiting for the stream (the caller's Python package: no host
+  /// synchronisation per call).
+  PackedBatch to(const at::Device &device, bool nonBlocking = false) const;
   at::Device device() const { return seqOffsets_.device(); }
 
   int64_t numSeqs() const { return numSeqs_; }

@@ -1,0 +1,144 @@
+#!/usr/bin/env python3
+"""The Python package's call overhead (docs/python.md, "Speed").
+
+    PYTHONPATH=build/python CAC_COMPILER=build/bin/cac \
+        /usr/bin/python3 bench/python/bench.py [--shape 256x4096] [--iters 21] [--threads 2]
+
+For each method at B x T (ragged lengths T/2..T, float32, groups of 8), the
+median (and minimum) milliseconds of:
+  runtime   the runtime's call, BundleEstimator::run on packed inputs with
+            the batch built beforehand (through the extension's thin
+            binding);
+  runtime+batch  the same with the PackedBatch built from the lengths (and
+            group ids) in the call, as a C++ trainer pays per batch;
+  packed    est(value=[N], reward=[B], lengths=[B]): the package's checks,
+            the batch from the lengths, the run;
+  padded    est(value=[B, T], reward=[B], mask=[B, T]): the same from the
+            padded layout, outputs unpacked to [B, T];
+  pad<->pack  the padded path's own work alone: the batch from the mask,
+            packing the token inputs and unpacking the token outputs;
+  verl      the same method as verl's loop (test/python/verl_reference.py, a
+            transcription of verl's core_algos loops in PyTorch, not verl).
+A benchmark, not a test; it checks only that the package's outputs equal
+the runtime's.
+"""
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import cac
+import cac.verl
+from cac import _batch, _cac
+
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "test" / "python"))
+from verl_reference import ref_gae, ref_grpo  # noqa: E402
+
+
+def timed(iters, fn):
+    """(median, min) milliseconds over `iters` calls after a warm-up: the
+    median is the typical call, the minimum the call on an idle machine."""
+    fn()
+    times = []
+    for _ in range(iters):
+        t = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t) * 1e3)
+    return statistics.median(times), min(times)
+
+
+def make_batch(B, T, seed=1):
+    g = torch.Generator().manual_seed(seed)
+    lengths = torch.randint(T // 2, T + 1, (B,), generator=g)
+    mask = torch.arange(T)[None, :] < lengths[:, None]
+    value = torch.randn(B, T, generator=g)
+    reward = torch.randint(0, 2, (B,), generator=g).float()
+    token_rewards = torch.zeros(B, T)
+    token_rewards[torch.arange(B), lengths - 1] = reward
+    logp = -torch.rand(B, T, generator=g) * 3
+    group = torch.arange(B) // 8
+    uids = np.array([f"uid-{int(i)}" for i in group], dtype=object)
+    return dict(lengths=lengths, mask=mask, value=value, reward=reward, logp=logp,
+                token_rewards=token_rewards, group=group, uids=uids)
+
+
+def bench_method(name, est, b, iters, threads):
+    mask, lengths = b["mask"], b["lengths"]
+    inputs = {k: b[k] for k in est.inputs if k != "group"}
+    packed = {k: (v[mask] if est.inputs[k] == "token" else v) for k, v in inputs.items()}
+    structure = {"group": b["group"]} if "group" in est.inputs else {}
+
+    bundle = est._bundle(torch.float32)
+    batch = _cac.Batch.from_lengths(lengths)
+    if structure:
+        batch.set_groups(b["group"])
+
+    def runtime_with_batch():
+        pb = _cac.Batch.from_lengths(lengths)
+        if structure:
+            pb.set_groups(b["group"])
+        bundle.run(packed, pb, est.params, threads)
+
+    t = {"runtime": timed(iters, lambda: bundle.run(packed, batch, est.params, threads)),
+         "runtime+batch": timed(iters, runtime_with_batch),
+         "packed": timed(iters, lambda: est(lengths=lengths, threads=threads,
+                                            **packed, **structure)),
+         "padded": timed(iters, lambda: est(mask=mask, threads=threads,
+                                            **inputs, **structure))}
+
+    def convert():
+        layout = _batch.make_layout({"mask": mask})
+        for v in inputs.values():
+            if v.dim() == 2:
+                layout.pack(v)
+        for _ in est.outputs:
+            layout.to_caller(torch.empty(layout.N))
+    t["pad<->pack"] = timed(iters, convert)
+
+    out = est(mask=mask, threads=threads, **inputs, **structure)
+    want = bundle.run(packed, batch, est.params, threads)
+    for k in est.outputs:
+        assert torch.equal(out[k][mask], want[k]), f"{name}.{k} differs"
+
+    few = max(3, iters // 8)
+    if name == "gae":
+        t["verl"] = timed(few, lambda: ref_gae(b["token_rewards"], b["value"],
+                                               mask.float(), 1.0, 0.95))
+    elif name == "verl_grpo":
+        t["verl"] = timed(few, lambda: ref_grpo(b["token_rewards"], mask.float(),
+                                                b["uids"]))
+    return t
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shape", default="256x4096")
+    ap.add_argument("--iters", type=int, default=41)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args()
+    B, T = (int(x) for x in args.shape.split("x"))
+    b = make_batch(B, T)
+    methods = {"gae": cac.load(REPO / "stdlib" / "gae.cac"),
+               "sae": cac.load(REPO / "stdlib" / "sae.cac", params={"lambda": 0.95}),
+               "verl_grpo": cac.load(cac.verl.GRPO)}
+    print(f"B x T = {B} x {T} (ragged, {int(b['lengths'].sum())} tokens), float32, "
+          f"{args.threads} threads, median (min) of {args.iters} calls; torch {torch.__version__}")
+    cols = ["runtime", "runtime+batch", "packed", "padded", "pad<->pack", "verl"]
+    print("| method | " + " | ".join(f"{c} ms" for c in cols)
+          + " | packed over runtime+batch |")
+    print("| --- " * (len(cols) + 2) + "|")
+    for name, est in methods.items():
+        t = bench_method(name, est, b, args.iters, args.threads)
+        cells = [f"{t[c][0]:.2f} ({t[c][1]:.2f})" if c in t else "-" for c in cols]
+        over = [100 * (t["packed"][i] / t["runtime+batch"][i] - 1) for i in (0, 1)]
+        print(f"| {name} | " + " | ".join(cells) + f" | {over[0]:+.0f}% ({over[1]:+.0f}%) |")
+
+
+if __name__ == "__main__":
+    main()

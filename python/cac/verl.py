@@ -1,0 +1,169 @@
+"""Adapters with verl's signatures (docs/python.md, "verl").
+
+    import cac.verl
+    cac.verl.register(cac.verl.GRPO, "cac_grpo")       # adv estimator
+    cac.verl.register("stdlib/ppo_clip.cac", "cac_ppo", {"dual_clip": 3})
+
+then `algorithm.adv_estimator=cac_grpo` and
+`actor_rollout_ref.actor.policy_loss.loss_mode=cac_ppo` in verl's config.
+"""
+
+from pathlib import Path
+
+import torch
+
+from . import load
+
+_METHODS = Path(__file__).resolve().parent / "methods"
+#: GRPO with verl's conventions (torch.std, groups of one: mean 0, std 1).
+GRPO = str(_METHODS / "verl_grpo.cac")
+#: RLOO with verl's conventions (a group of one keeps its reward).
+RLOO = str(_METHODS / "verl_rloo.cac")
+
+
+def masked_whiten(values, mask):
+    """verl's masked_whiten: (x - mean) / sqrt(var + 1e-8) over the masked
+    elements, var unbiased; the means divide by (count + 1e-8) as verl's
+    masked_mean does."""
+    m = mask.to(values.dtype)
+    count = m.sum()
+    if count < 2:
+        raise ValueError("whitening needs at least two tokens with mask 1")
+    mean = (values * m).sum() / (count + 1e-8)
+    var = ((values - mean) ** 2 * m).sum() / (count + 1e-8)
+    var = var * count / (count - 1)
+    return (values - mean) * torch.rsqrt(var + 1e-8)
+
+
+def _input(name, kwargs, who):
+    if name not in kwargs or kwargs[name] is None:
+        raise TypeError(f"{who}: missing input '{name}' (pass it as a "
+                        f"keyword argument: {name}=...)")
+    return kwargs[name]
+
+
+def advantage_estimator(path, params=None, *, whiten=False, **load_args):
+    """A function with verl's advantage-estimator signature
+    fn(token_level_rewards, response_mask, index=None, config=None,
+    values=None, **kwargs) -> (advantages, returns) running the .cac
+    estimator `path`.
+
+    The estimator's `reward` is the row sum of token_level_rewards (verl
+    puts the outcome on the last valid token) for a seq reward, or
+    token_level_rewards itself for a token reward; `value` is `values`,
+    `group` is `index` (verl's uid array); other inputs come from kwargs by
+    name. `advantages` is the output `adv` (whitened over the mask as
+    verl's GAE does when whiten=True), `returns` the output `ret` or else
+    `adv` (as verl's outcome estimators return it twice). Both are 0 where
+    response_mask is 0."""
+    est = load(path, params, **load_args)
+    if "adv" not in est.outputs:
+        raise ValueError(f"{path}: an advantage estimator needs an output "
+                         f"'adv' (outputs: {', '.join(est.outputs)})")
+    who = f"cac advantage estimator {est.name}"
+
+    def fn(token_level_rewards, response_mask, index=None, config=None,
+           values=None, **kwargs):
+        given = dict(kwargs)
+        kw = {"mask": response_mask}
+        for name, domain in est.inputs.items():
+            if name == "reward":
+                kw[name] = (token_level_rewards if domain == "token"
+                            else token_level_rewards.sum(dim=-1))
+            elif name == "value":
+                if values is None:
+                    raise TypeError(f"{who}: missing input 'value' (verl's "
+                                    "values [B, T]; verl passes values= only "
+                                    "to its own GAE)")
+                kw[name] = values
+            elif name == "group":
+                if index is None:
+                    raise TypeError(f"{who}: missing input 'group' (verl's "
+                                    "index: the uid of each sequence's prompt)")
+                kw[name] = index
+            else:
+                kw[name] = _input(name, given, who)
+        out = est(**kw)
+        adv = out["adv"]
+        returns = out.get("ret", adv)
+        if whiten:
+            adv = masked_whiten(adv, response_mask) * (response_mask != 0)
+        return adv, returns
+
+    fn.estimator = est
+    fn.__name__ = f"cac_{est.name}"
+    return fn
+
+
+def policy_loss(path, params=None, **load_args):
+    """A function with verl's policy-loss signature
+    fn(old_log_prob, log_prob, advantages, response_mask,
+    loss_agg_mode="token-mean", config=None, rollout_is_weights=None,
+    **kwargs) -> (loss, metrics) running the .cac objective `path`:
+    logp_new = log_prob (the gradient flows to it), logp = old_log_prob,
+    adv = advantages; other inputs (logp_ref, entropy, ...) from kwargs by
+    name. loss_agg_mode is the objective's aggregation; for
+    seq-mean-token-sum-norm the divisor is norm_len from params, else the
+    mask's width T (verl's default loss_scale_factor). metrics holds
+    actor/ppo_kl and, when the objective outputs `clipped`,
+    actor/pg_clipfrac."""
+    obj = load(path, params, **load_args)
+    if not hasattr(obj, "loss"):
+        raise ValueError(f"{path}: a policy loss needs an objective (a file "
+                         "with loss(...) = ...); this is an estimator")
+    fixed_norm = "norm_len" in (params or {})
+    who = f"cac policy loss {obj.name}"
+
+    def fn(old_log_prob, log_prob, advantages, response_mask,
+           loss_agg_mode="token-mean", config=None, rollout_is_weights=None,
+           **kwargs):
+        if rollout_is_weights is not None:
+            raise ValueError(f"{who}: rollout_is_weights is not supported "
+                             "(turn off verl's rollout importance sampling)")
+        given = {"logp_new": log_prob, "logp": old_log_prob,
+                 "adv": advantages, **kwargs}
+        kw = {"mask": response_mask}
+        for name in obj.inputs:
+            kw[name] = _input(name, given, who)
+        extra_args = {}
+        if "aggregation" in obj.params:
+            extra_args["aggregation"] = loss_agg_mode
+            if not fixed_norm:
+                extra_args["norm_len"] = response_mask.shape[-1]
+        loss, extra = obj.loss(return_outputs=True, **kw, **extra_args)
+        m = (response_mask != 0).to(log_prob.dtype)
+        n = m.sum().clamp(min=1)
+        metrics = {"actor/ppo_kl": ((old_log_prob - log_prob.detach()) * m).sum() / n}
+        if "clipped" in extra and extra["clipped"].shape == m.shape:
+            metrics["actor/pg_clipfrac"] = (extra["clipped"] * m).sum() / n
+        return loss, metrics
+
+    fn.objective = obj
+    fn.__name__ = f"cac_{obj.name}"
+    return fn
+
+
+def _core_algos():
+    try:
+        from verl.trainer.ppo import core_algos
+    except ImportError as e:
+        raise ImportError("cac.verl.register needs verl (its module "
+                          "verl.trainer.ppo.core_algos); use "
+                          "advantage_estimator()/policy_loss() without it") from e
+    return core_algos
+
+
+def register(path, name, params=None, **kwargs):
+    """Registers the .cac file under `name` in verl: an estimator with
+    register_adv_est (algorithm.adv_estimator=NAME), an objective with
+    register_policy_loss (actor_rollout_ref.actor.policy_loss.loss_mode=NAME).
+    Returns the registered function."""
+    core = _core_algos()
+    probe = load(path, params, **{k: v for k, v in kwargs.items() if k != "whiten"})
+    if hasattr(probe, "loss"):
+        fn = policy_loss(path, params, **kwargs)
+        core.register_policy_loss(name)(fn)
+    else:
+        fn = advantage_estimator(path, params, **kwargs)
+        core.register_adv_est(name)(fn)
+    return fn

@@ -1,0 +1,133 @@
+"""Every stdlib estimator through the package against `cac eval` on the
+same random batches (test/reference/cacref.py draws them): padded, packed,
+with observation tokens, in float64 and float32."""
+
+import random
+
+import pytest
+import torch
+
+import cac
+import cacref
+from check_obs import with_observations
+from conftest import (STDLIB, _rows, assert_close, cac_eval, packed_call,
+                      padded_call)
+
+ESTIMATORS = ["gae", "gae_dense", "grpo", "rloo", "vineppo", "sae",
+              "spo_chain", "spo_tree", "sppo", "treeadv", "sapo"]
+SEEDS = [1, 2, 3]
+
+def load(method, params):
+    return cac.load(STDLIB / f"{method}.cac", params=params)
+
+
+def compare(est, out, want, batch, tol, padded=True):
+    rows = _rows(batch)
+    for name, domain in est.outputs.items():
+        what = f"{est.name}.{name}"
+        if domain == "token":
+            for b, r in enumerate(want["token"][name]):
+                if padded:
+                    assert_close(out[name][b, :len(r)], r, tol, f"{what}[{b}]")
+                    assert (out[name][b, len(r):] == 0).all(), f"{what}[{b}] padding"
+            if not padded:
+                flat = [x for r in want["token"][name] for x in r]
+                assert_close(out[name], flat, tol, what)
+        elif domain == "seg":
+            for b, starts in enumerate(want["segments"]):
+                if padded:
+                    got = out[name][b, starts]
+                else:
+                    begin = sum(len(r) for r in rows[:b])
+                    got = out[name][[begin + s for s in starts]]
+                assert_close(got, want["seg"][name][b], tol, f"{what}[{b}]")
+        else:
+            assert_close(out[name], want[domain][name], tol, what)
+
+
+@pytest.mark.parametrize("seed", SEEDS)
+@pytest.mark.parametrize("method", ESTIMATORS)
+def test_padded_and_packed_equal_cac_eval(method, seed):
+    batch = cacref.random_batch(method, seed, max_len=12, num_seqs=None)
+    want = cac_eval(STDLIB / f"{method}.cac", batch)
+    est = load(method, batch.get("params", {}))
+    out = est(**padded_call(est, batch))
+    compare(est, out, want, batch, 1e-9)
+    out = est(**packed_call(est, batch))
+    compare(est, out, want, batch, 1e-9, padded=False)
+
+
+@pytest.mark.parametrize("method", ESTIMATORS)
+def test_float32(method):
+    batch = cacref.random_batch(method, 4, max_len=12)
+    want = cac_eval(STDLIB / f"{method}.cac", batch)
+    est = load(method, batch.get("params", {}))
+    out = est(**padded_call(est, batch, torch.float32))
+    for name in est.outputs:
+        assert out[name].dtype == torch.float32
+    compare(est, out, want, batch, 2e-4)
+
+
+@pytest.mark.parametrize("method", ESTIMATORS)
+def test_observation_tokens(method):
+    """mask 0 inside a row is an observation token, as "obs" in cac eval."""
+    batch = cacref.random_batch(method, 5, max_len=10)
+    full, _, _ = with_observations(batch, random.Random(f"obs:{method}"))
+    want = cac_eval(STDLIB / f"{method}.cac", full)
+    est = load(method, batch.get("params", {}))
+    out = est(**padded_call(est, full))
+    compare(est, out, want, full, 1e-9)
+
+
+def test_threads_do_not_change_results():
+    batch = cacref.random_batch("gae", 6, max_len=64, num_seqs=40)
+    est = load("gae", batch.get("params", {}))
+    kw = padded_call(est, batch)
+    one = est(threads=1, **kw)
+    two = est(threads=2, **kw)
+    assert torch.equal(one["adv"], two["adv"])
+
+
+def test_interface():
+    est = cac.load(STDLIB / "gae.cac", params={"gamma": 0.9})
+    assert est.inputs == {"value": "token", "reward": "seq"}
+    assert est.outputs == {"adv": "token", "ret": "token"}
+    assert est.params == {"gamma": 0.9, "lambda": 0.95}
+    grpo = cac.load(STDLIB / "grpo.cac")
+    assert grpo.inputs == {"reward": "seq", "group": "seq"}
+    tree = cac.load(STDLIB / "spo_tree.cac")
+    assert tree.inputs["tree_parent"] == "node"
+    assert tree.outputs["value"] == "node"
+
+
+def test_string_group_ids():
+    """verl's uids: any hashable ids group the sequences."""
+    grpo = cac.load(STDLIB / "grpo.cac")
+    R = torch.tensor([1.0, 0.0, 0.5, 2.0, 1.0])
+    lengths = torch.tensor([1, 2, 1, 3, 1])
+    by_str = grpo(reward=R, group=["u1", "u2", "u1", "u2", "u1"], lengths=lengths)
+    by_int = grpo(reward=R, group=torch.tensor([7, 3, 7, 3, 7]), lengths=lengths)
+    assert torch.equal(by_str["adv"], by_int["adv"])
+
+
+def test_bundles_are_cached_by_content(tmp_path):
+    src = tmp_path / "a.cac"
+    src.write_text((STDLIB / "rloo.cac").read_text())
+    first = cac.compile_bundle(src, cache_dir=tmp_path / "cache")
+    assert cac.compile_bundle(src, cache_dir=tmp_path / "cache") == first
+    src.write_text(src.read_text() + "\n# changed\n")
+    assert cac.compile_bundle(src, cache_dir=tmp_path / "cache") != first
+    assert cac.compile_bundle(src, "f64", cache_dir=tmp_path / "cache") != first
+
+
+def test_a_bundle_folder_runs_without_the_compiler(tmp_path, monkeypatch):
+    """What a machine without MLIR does: load `cac compile --bundle DIR`."""
+    folder = cac.compile_bundle(STDLIB / "gae.cac", "f64", cache_dir=tmp_path)
+    batch = cacref.random_batch("gae", 7, max_len=9)
+    batch["params"] = {"lambda": 0.9}
+    want = cac_eval(STDLIB / "gae.cac", batch)
+    monkeypatch.setenv("CAC_COMPILER", str(tmp_path / "no-compiler-here"))
+    est = cac.load(folder, params={"lambda": 0.9})
+    compare(est, est(**padded_call(est, batch)), want, batch, 1e-9)
+    with pytest.raises(TypeError, match="is f64"):
+        est(**padded_call(est, batch, torch.float32))

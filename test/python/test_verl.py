@@ -1,0 +1,169 @@
+"""cac.verl's adapters against reference implementations of verl's
+formulas, written here from verl's semantics (core_algos: GAE with
+observation tokens skipped and masked whitening, GRPO and RLOO by uid with
+their loops' groups of one, the vanilla PPO loss with the dual clip and
+agg_loss's modes)."""
+
+import random
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import cac
+import cac.verl
+from conftest import STDLIB, assert_close
+from verl_reference import (ref_gae, ref_grpo, ref_rloo,
+                            ref_vanilla_policy_loss)
+
+# --- batches -----------------------------------------------------------
+
+
+def verl_batch(seed, B=12, T=10, holes=False, dtype=torch.float32):
+    """Right-padded responses (optionally with observation tokens), an
+    outcome reward on the last valid token, uids with groups of one."""
+    rng = random.Random(seed)
+    g = torch.Generator().manual_seed(seed)
+    mask = torch.zeros(B, T, dtype=dtype)
+    rewards = torch.zeros(B, T, dtype=dtype)
+    for b in range(B):
+        n = rng.randint(2, T)
+        mask[b, :n] = 1
+        if holes:
+            for t in range(1, n - 1):
+                if rng.random() < 0.2:
+                    mask[b, t] = 0
+        rewards[b, n - 1] = rng.choice([0.0, 1.0, 0.5])
+    uids = np.array([f"uid-{rng.randint(0, 4)}" for _ in range(B)], dtype=object)
+    values = torch.randn(B, T, generator=g, dtype=dtype)
+    return rewards, mask, uids, values
+
+
+def on_mask(x, mask):
+    return x[mask != 0]
+
+
+# --- the adapters --------------------------------------------------------
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_grpo_equals_verl_groups_of_one_included(seed):
+    rewards, mask, uids, _ = verl_batch(seed)
+    fn = cac.verl.advantage_estimator(cac.verl.GRPO)
+    adv, ret = fn(token_level_rewards=rewards, response_mask=mask, index=uids)
+    want, _ = ref_grpo(rewards, mask, uids)
+    assert_close(adv, want, 1e-5, "advantages")
+    assert_close(ret, want, 1e-5, "returns")
+
+
+def test_grpo_without_std_normalisation():
+    rewards, mask, uids, _ = verl_batch(4)
+    fn = cac.verl.advantage_estimator(cac.verl.GRPO, {"norm_by_std": 0})
+    adv, _ = fn(rewards, mask, index=uids)
+    want, _ = ref_grpo(rewards, mask, uids, norm_by_std=False)
+    assert_close(adv, want, 1e-5, "advantages")
+
+
+def test_stdlib_grpo_equals_verl_when_every_group_has_two():
+    rewards, mask, _, _ = verl_batch(5)
+    uids = np.array([f"p{b // 3}" for b in range(rewards.shape[0])], dtype=object)
+    fn = cac.verl.advantage_estimator(STDLIB / "grpo.cac", {"unbiased": 1})
+    adv, _ = fn(rewards, mask, index=uids)
+    want, _ = ref_grpo(rewards, mask, uids)
+    assert_close(adv, want, 1e-5, "advantages")
+
+
+@pytest.mark.parametrize("seed", [1, 2])
+def test_rloo_equals_verl(seed):
+    rewards, mask, uids, _ = verl_batch(seed)
+    fn = cac.verl.advantage_estimator(cac.verl.RLOO)
+    adv, _ = fn(rewards, mask, index=uids)
+    want, _ = ref_rloo(rewards, mask, uids)
+    assert_close(adv, want, 1e-5, "advantages")
+
+
+@pytest.mark.parametrize("holes", [False, True])
+def test_gae_equals_verl_with_whitening(holes):
+    rewards, mask, _, values = verl_batch(6, holes=holes, dtype=torch.float64)
+    fn = cac.verl.advantage_estimator(STDLIB / "gae.cac", {"gamma": 0.99, "lambda": 0.9},
+                                      whiten=True)
+    adv, ret = fn(rewards, mask, values=values)
+    want_adv, want_ret = ref_gae(rewards, values, mask, 0.99, 0.9)
+    assert_close(on_mask(adv, mask), on_mask(want_adv, mask), 1e-9, "advantages")
+    assert_close(on_mask(ret, mask), on_mask(want_ret, mask), 1e-9, "returns")
+    assert (adv[mask == 0] == 0).all() and (ret[mask == 0] == 0).all()
+
+
+def test_gae_dense_equals_verl_with_kl_in_the_reward():
+    rewards, mask, _, values = verl_batch(7, holes=True, dtype=torch.float64)
+    rewards = rewards - 0.01 * torch.rand(rewards.shape, dtype=torch.float64) * mask
+    fn = cac.verl.advantage_estimator(STDLIB / "gae_dense.cac", {"gamma": 1.0, "lambda": 0.95},
+                                      whiten=True)
+    adv, ret = fn(rewards, mask, values=values)
+    want_adv, want_ret = ref_gae(rewards, values, mask, 1.0, 0.95)
+    assert_close(on_mask(adv, mask), on_mask(want_adv, mask), 1e-9, "advantages")
+    assert_close(on_mask(ret, mask), on_mask(want_ret, mask), 1e-9, "returns")
+
+
+def test_estimator_without_values_says_so():
+    rewards, mask, _, _ = verl_batch(8)
+    fn = cac.verl.advantage_estimator(STDLIB / "gae.cac")
+    with pytest.raises(TypeError, match="missing input 'value'"):
+        fn(rewards, mask)
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean",
+                                  "seq-mean-token-sum", "seq-mean-token-sum-norm"])
+def test_policy_loss_equals_verl_vanilla(mode):
+    _, mask, _, _ = verl_batch(9, holes=True, dtype=torch.float64)
+    g = torch.Generator().manual_seed(9)
+    old = -torch.rand(mask.shape, generator=g, dtype=torch.float64) * 2
+    new = old + 0.4 * torch.randn(mask.shape, generator=g, dtype=torch.float64)
+    adv = torch.randn(mask.shape, generator=g, dtype=torch.float64)
+    fn = cac.verl.policy_loss(STDLIB / "ppo_clip.cac",
+                              {"eps_low": 0.2, "eps_high": 0.28, "dual_clip": 3.0})
+    x = new.clone().requires_grad_()
+    loss, metrics = fn(old, x, adv, mask, loss_agg_mode=mode)
+    loss.backward()
+    y = new.clone().requires_grad_()
+    want = ref_vanilla_policy_loss(old, y, adv, mask, mode, 0.2, 0.28, 3.0)
+    want.backward()
+    assert_close(loss.detach(), want.detach(), 1e-12, f"loss ({mode})")
+    assert_close(x.grad, y.grad, 1e-12, f"gradient ({mode})")
+    m = mask
+    assert_close(metrics["actor/ppo_kl"], ((old - new) * m).sum() / m.sum(), 1e-12, "ppo_kl")
+    assert 0 <= float(metrics["actor/pg_clipfrac"]) <= 1
+
+
+def test_register_puts_both_into_verls_registries(tmp_path, monkeypatch):
+    """A stand-in for verl's registry module (verl itself is not a
+    dependency): register_adv_est / register_policy_loss decorators."""
+    core = tmp_path / "verl" / "trainer" / "ppo"
+    core.mkdir(parents=True)
+    for d in (tmp_path / "verl", tmp_path / "verl" / "trainer", core):
+        (d / "__init__.py").write_text("")
+    (core / "core_algos.py").write_text(
+        "ADV, LOSS = {}, {}\n"
+        "def register_adv_est(name):\n"
+        "    def deco(fn):\n        ADV[name] = fn\n        return fn\n    return deco\n"
+        "def register_policy_loss(name):\n"
+        "    def deco(fn):\n        LOSS[name] = fn\n        return fn\n    return deco\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for m in [m for m in sys.modules if m == "verl" or m.startswith("verl.")]:
+        monkeypatch.delitem(sys.modules, m)
+    cac.verl.register(cac.verl.GRPO, "cac_grpo")
+    cac.verl.register(STDLIB / "ppo_clip.cac", "cac_ppo", {"dual_clip": 3})
+    from verl.trainer.ppo import core_algos
+    rewards, mask, uids, _ = verl_batch(10)
+    adv, _ = core_algos.ADV["cac_grpo"](rewards, mask, index=uids)
+    assert_close(adv, ref_grpo(rewards, mask, uids)[0], 1e-5, "registered GRPO")
+    assert "cac_ppo" in core_algos.LOSS
+
+
+def test_register_without_verl_says_so(monkeypatch):
+    for m in [m for m in sys.modules if m.startswith("verl.")]:
+        monkeypatch.delitem(sys.modules, m)
+    monkeypatch.setitem(sys.modules, "verl", None)
+    with pytest.raises(ImportError, match="needs verl"):
+        cac.verl.register(cac.verl.GRPO, "x")
