@@ -15,6 +15,7 @@ constexpr std::optional<Domain> Seq = Domain::Seq;
 constexpr std::optional<Domain> Group = Domain::Group;
 constexpr std::optional<Domain> Node = Domain::Node;
 constexpr std::optional<Domain> Scalar = Domain::Scalar;
+constexpr std::optional<Domain> Batch = Domain::Batch;
 constexpr std::optional<ElemKind> Float = ElemKind::Float;
 constexpr std::optional<ElemKind> Bool = ElemKind::Bool;
 } // namespace column

@@ -101,6 +101,12 @@ private:
                          << "'; expected one of token, seg, seq, group, node";
       return std::nullopt;
     }
+    if (*d == Domain::Batch) {
+      error(s.domainLoc) << "'batch' values are made by the batch_* "
+                            "reductions and broadcast from there; declare "
+                            "this one token, seg, seq or group";
+      return std::nullopt;
+    }
     return d;
   }
 
@@ -528,6 +534,7 @@ private:
     case BuiltinRule::SeqReduce:
     case BuiltinRule::SegReduce:
     case BuiltinRule::GroupReduce:
+    case BuiltinRule::BatchReduce:
     case BuiltinRule::PathReduce:
       return checkReduced(*e.args[0], info.rule, what);
     case BuiltinRule::Rank:
@@ -618,6 +625,13 @@ private:
                      << (d == Domain::Token
                              ? "; reduce it to 'seq' first (e.g. seq_mean)"
                              : "");
+      return false;
+    case BuiltinRule::BatchReduce:
+      if (d == Domain::Seq || d == Domain::Token)
+        return true;
+      error(arg.loc) << what << " reduces a 'seq' value over all the "
+                     << "sequences or a 'token' value over all the tokens of "
+                     << "the batch, but this " << has;
       return false;
     case BuiltinRule::PathReduce:
     default:

@@ -162,7 +162,7 @@ private:
   // Shape of a domain, or nullopt for domains the eager backend lacks.
   static bool supportedDomain(Domain d) {
     return d == Domain::Scalar || d == Domain::Token || d == Domain::Seq ||
-           d == Domain::Group || d == Domain::Node;
+           d == Domain::Group || d == Domain::Node || d == Domain::Batch;
   }
 
   /// Moves `t` from domain `from` to the finer domain `to`.
@@ -174,8 +174,11 @@ private:
       return unsupported(op, "broadcast from " + stringifyDomain(from) +
                                  " to " + stringifyDomain(to) +
                                  " (seg and node are not supported)");
-    if (from == Domain::Scalar) {
+    // A batch value is one number, held like a scalar.
+    if (from == Domain::Scalar || from == Domain::Batch) {
       switch (to) {
+      case Domain::Batch:
+        return t;
       case Domain::Token:
         return t.expand({B, T});
       case Domain::Seq:
@@ -683,6 +686,8 @@ private:
       return set(op, red.getResult(), tokenToSeq(x, k, rt));
     if (from == Domain::Seq && to == Domain::Group)
       return set(op, red.getResult(), seqToGroup(x, k, rt));
+    if (from == Domain::Seq && to == Domain::Batch)
+      return set(op, red.getResult(), seqToBatch(x, k, rt));
     return unsupported(op, "reduction from " + stringifyDomain(from) + " to " +
                                stringifyDomain(to));
   }
@@ -762,6 +767,42 @@ private:
           k == ReduceKind::VarUnbiased || k == ReduceKind::StdUnbiased;
       torch::Tensor denom = (unbiased ? n - 1 : n).clamp_min(1);
       torch::Tensor var = ss / denom;
+      if (k == ReduceKind::Std || k == ReduceKind::StdUnbiased)
+        return torch::sqrt(var);
+      return var;
+    }
+    }
+    throw std::runtime_error("unknown reduction");
+  }
+
+  /// Over all the sequences: a 0-dimensional tensor, as a scalar's.
+  torch::Tensor seqToBatch(torch::Tensor x, ReduceKind k,
+                           torch::ScalarType rt) {
+    torch::Tensor n = torch::scalar_tensor(double(B), x.options().dtype(rt));
+    switch (k) {
+    case ReduceKind::Sum:
+      return x.sum();
+    case ReduceKind::Mean:
+      return x.sum() / n.clamp_min(1);
+    case ReduceKind::Min:
+      return x.amin();
+    case ReduceKind::Max:
+      return x.amax();
+    case ReduceKind::First:
+      return x.select(0, 0);
+    case ReduceKind::Last:
+      return x.select(0, B - 1);
+    case ReduceKind::Count:
+      return n;
+    case ReduceKind::Var:
+    case ReduceKind::Std:
+    case ReduceKind::VarUnbiased:
+    case ReduceKind::StdUnbiased: {
+      torch::Tensor dev = x - x.sum() / n.clamp_min(1);
+      bool unbiased =
+          k == ReduceKind::VarUnbiased || k == ReduceKind::StdUnbiased;
+      torch::Tensor var =
+          (dev * dev).sum() / (unbiased ? n - 1 : n).clamp_min(1);
       if (k == ReduceKind::Std || k == ReduceKind::StdUnbiased)
         return torch::sqrt(var);
       return var;

@@ -44,7 +44,7 @@ cac.estimator @reduce_to_finer {
 
 cac.estimator @variance_over_tokens {
   %v = cac.input "value" : !cac.field<token, f32>
-  // expected-error @+1 {{'cac.reduce' op variance and std reduce seq values over a group}}
+  // expected-error @+1 {{'cac.reduce' op variance and std reduce seq values over a group or the batch}}
   %s = cac.reduce var %v : !cac.field<token, f32> -> !cac.field<seq, f32>
 }
 
@@ -269,7 +269,7 @@ cac.estimator @length_token {
 
 cac.estimator @kernel_token_grid {
   %v = cac.input "value" : !cac.field<token, f32>
-  // expected-error @+1 {{'cac.kernel' op grid must be seq, group or node}}
+  // expected-error @+1 {{'cac.kernel' op grid must be seq, group, node or batch}}
   cac.kernel token 0 {
     cac.output "v" %v : !cac.field<token, f32>
   }

@@ -216,6 +216,33 @@ def rloo_advantages(rewards, groups):
     return adv
 
 
+def group_baselines(rewards, groups, lone, weights=None):
+    """Per sequence, the mean of its group's rewards, weighted by `weights` when given
+    (OPO: sum w R / sum w). A group of one gets its own reward as its baseline, or 0 with
+    `lone` (verl's per-group loop: the mean of a group of one is 0)."""
+    base = [0.0] * len(rewards)
+    for idx in group_members(groups).values():
+        if len(idx) == 1:
+            base[idx[0]] = 0.0 if lone else rewards[idx[0]]
+            continue
+        w = [1.0] * len(idx) if weights is None else [weights[i] for i in idx]
+        b = math.fsum(wi * rewards[i] for wi, i in zip(w, idx)) / math.fsum(w)
+        for i in idx:
+            base[i] = b
+    return base
+
+
+def masked_whiten(rows, eps=1e-8):
+    """verl's masked_whiten over every token of the batch: (x - mean) / sqrt(var + eps) with
+    the mean over all tokens and the unbiased (n-1) variance; one token has variance 0 here
+    (verl divides by zero)."""
+    flat = [x for row in rows for x in row]
+    mu = mean(flat)
+    var = unbiased_var(flat)
+    scale = math.sqrt(var + eps)
+    return [[(x - mu) / scale for x in row] for row in rows]
+
+
 def chain_segment_advantages(mc, reward):
     """A_j = V(S_{b_{j+1}}) - V(S_{b_j}); the last segment gets R - V(S_{b_last}) (§2.3, §1.5)."""
     n = len(mc)
@@ -604,6 +631,54 @@ def eval_sapo(b, p):
                    segments=segments)
 
 
+def eval_drgrpo(b, p):
+    R = b.sq("reward")
+    base = group_baselines(R, b.groups, flag(p["lone"]))
+    return _output(b, token={"adv": broadcast([r - m for r, m in zip(R, base)], b.lengths)})
+
+
+def eval_maxrl(b, p):
+    R = b.sq("reward")
+    base = group_baselines(R, b.groups, flag(p["lone"]))
+    adv = [(r - m) / (m + p["eps"]) for r, m in zip(R, base)]
+    return _output(b, token={"adv": broadcast(adv, b.lengths)})
+
+
+def eval_opo(b, p):
+    R = b.sq("reward")
+    base = group_baselines(R, b.groups, flag(p["lone"]), [float(n) for n in b.lengths])
+    return _output(b, token={"adv": broadcast([r - m for r, m in zip(R, base)], b.lengths)})
+
+
+def eval_gpg(b, p):
+    """GPG: alpha (R - mean_g) / f_norm, alpha = B / #(R != 0) over the batch (1 when none)."""
+    R = b.sq("reward")
+    base = group_baselines(R, b.groups, flag(p["lone"]))
+    alpha = len(R) / max(1, sum(1 for r in R if r != 0))
+    adv = [alpha * (r - m) / p["f_norm"] for r, m in zip(R, base)]
+    return _output(b, token={"adv": broadcast(adv, b.lengths)})
+
+
+def eval_remax(b, p):
+    R, g = b.sq("reward"), b.sq("greedy_reward")
+    return _output(b, token={"adv": broadcast([r - x for r, x in zip(R, g)], b.lengths)})
+
+
+def eval_reinforce_pp(b, p):
+    """REINFORCE++: the discounted return of the outcome, G[t] = gamma^(T-1-t) R, whitened
+    over the batch's tokens."""
+    R, gamma = b.sq("reward"), p["gamma"]
+    returns = [[gamma ** (n - 1 - t) * R[i] for t in range(n)] for i, n in enumerate(b.lengths)]
+    return _output(b, token={"adv": masked_whiten(returns, p["eps"])})
+
+
+def eval_reinforce_pp_baseline(b, p):
+    R = b.sq("reward")
+    base = group_baselines(R, b.groups, flag(p["lone"]))
+    rows = broadcast([r - m for r, m in zip(R, base)], b.lengths)
+    return _output(b, token={"adv": masked_whiten(rows, p["eps"])})
+
+
 # name -> (function, {param: default or REQUIRED}, inputs, required outputs, optional outputs)
 # Outputs are (domain, name); optional ones are compared only when `cac eval` prints them.
 METHODS = {
@@ -641,6 +716,17 @@ METHODS = {
              {"token": ["entropy", "value"], "seq": ["reward"]},
              [("token", "adv"), ("token", "ret"), ("token", "value_weight"), ("segments", None)],
              [("seg", "adv")]),
+    "drgrpo": (eval_drgrpo, {"lone": 0}, {"seq": ["reward", "group"]}, [("token", "adv")], []),
+    "maxrl": (eval_maxrl, {"eps": 1e-6, "lone": 0}, {"seq": ["reward", "group"]},
+              [("token", "adv")], []),
+    "opo": (eval_opo, {"lone": 0}, {"seq": ["reward", "group"]}, [("token", "adv")], []),
+    "gpg": (eval_gpg, {"f_norm": 1.0, "lone": 0}, {"seq": ["reward", "group"]},
+            [("token", "adv")], []),
+    "remax": (eval_remax, {}, {"seq": ["reward", "greedy_reward"]}, [("token", "adv")], []),
+    "reinforce_pp": (eval_reinforce_pp, {"gamma": 1.0, "eps": 1e-8}, {"seq": ["reward"]},
+                     [("token", "adv")], []),
+    "reinforce_pp_baseline": (eval_reinforce_pp_baseline, {"eps": 1e-8, "lone": 0},
+                              {"seq": ["reward", "group"]}, [("token", "adv")], []),
 }
 
 
@@ -941,6 +1027,18 @@ PARAM_CHOICES = {
     "sapo": {"gamma": [1.0, 0.99], "lambda": [0.99, 0.9, 0.95, 1.0],
              "k_percent": [30, 10, 20, 25, 50, 100, 1], "v_at_end": [0, 1]},
 }
+PARAM_CHOICES.update({
+    "drgrpo": {"lone": [0, 1]},
+    "maxrl": {"eps": [1e-6, 1e-4, 0.1], "lone": [0, 1]},
+    "opo": {"lone": [0, 1]},
+    "gpg": {"f_norm": [1.0, 2.0, 0.5], "lone": [0, 1]},
+    "remax": {},
+    "reinforce_pp": {"gamma": [1.0, 0.99, 0.9], "eps": [1e-8, 1e-6]},
+    "reinforce_pp_baseline": {"eps": [1e-8, 1e-6], "lone": [0, 1]},
+})
+GROUP_METHODS = ("grpo", "gspo", "rloo", "drgrpo", "maxrl", "opo", "gpg",
+                 "reinforce_pp_baseline")
+
 REQUIRED_DEFAULTS = {"sae": {"lambda": 0.95}}  # used for a required parameter in default mode
 
 THRESHOLD_MARGIN = 1e-5  # relative distance kept between p_old and any threshold
@@ -1229,7 +1327,7 @@ def random_batch(method, seed, max_len=64, num_seqs=None, params="mixed",
     lengths = _lengths(rng, B, max_len)
     rewards = _rewards(rng, B, reward_kind)
     data["seq"]["reward"] = rewards
-    if method in ("grpo", "gspo", "rloo"):
+    if method in GROUP_METHODS:
         groups = _groups(rng, B, rewards, reward_kind)
         if rng.random() < 0.15:
             # No group ids: one group; give it equal rewards now and then.
@@ -1245,6 +1343,17 @@ def random_batch(method, seed, max_len=64, num_seqs=None, params="mixed",
             data["seq"]["reward"] = [rng.randint(0, 16) / 16 for _ in range(B)]
         elif reward_kind == "ternary":
             data["seq"]["reward"] = [float(rng.random() < 0.5) for _ in range(B)]
+        data["token"]["logp"] = logp_rows(lengths, [0.9])
+    elif method == "remax":
+        greedy = _rewards(rng, B, reward_kind)
+        for i in range(B):  # ties with the sampled reward now and then
+            if rng.random() < 0.3:
+                greedy[i] = rewards[i]
+        data["seq"]["greedy_reward"] = greedy
+        data["token"]["logp"] = logp_rows(lengths, [0.9])
+    elif method == "reinforce_pp":
+        if rng.random() < 0.1:  # all equal: every return is R, no spread
+            data["seq"]["reward"] = [rewards[0]] * B
         data["token"]["logp"] = logp_rows(lengths, [0.9])
     elif method == "gae":
         data["token"]["value"] = [[_value(rng) for _ in range(n)] for n in lengths]

@@ -25,7 +25,8 @@ import cacref  # noqa: E402
 import check_objective  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-METHODS = ["gae", "sae", "grpo", "spo_chain", "sapo", "spo_tree", "vineppo"]
+METHODS = ["gae", "sae", "grpo", "spo_chain", "sapo", "spo_tree", "vineppo", "reinforce_pp",
+           "reinforce_pp_baseline", "opo"]
 OBJECTIVES = ["ppo_clip", "sapo_loss", "gspo"]
 
 

@@ -155,6 +155,44 @@ def grpo_11_3():
 
 
 @test
+def field_methods_by_hand():
+    # Groups 5: R = [1, 0, 0] with lengths [2, 1, 1]; 8: a group of one, R = 2.
+    batch = {"token": {"logp": [[-0.1, -0.2], [-0.1], [-0.3], [-0.2, -0.1, -0.4]]},
+             "seq": {"reward": [1, 0, 0, 2], "group": [5, 5, 5, 8],
+                     "greedy_reward": [0, 0, 1, 2]}}
+    first = lambda out: [row[0] for row in out["token"]["adv"]]
+    close(first(R.evaluate("drgrpo", batch)), [2 / 3, -1 / 3, -1 / 3, 0.0], what="drgrpo")
+    close(first(R.evaluate("drgrpo", dict(batch, params={"lone": 1}))),
+          [2 / 3, -1 / 3, -1 / 3, 2.0], what="drgrpo lone")
+    mu = 1 / 3
+    close(first(R.evaluate("maxrl", batch)),
+          [(1 - mu) / (mu + 1e-6), -mu / (mu + 1e-6), -mu / (mu + 1e-6), 0.0], what="maxrl")
+    # OPO: the baseline sum(|y| R) / sum(|y|) = 2 / 4.
+    close(first(R.evaluate("opo", batch)), [0.5, -0.5, -0.5, 0.0], what="opo")
+    # GPG: alpha = 4 sequences / 2 non-zero rewards.
+    close(first(R.evaluate("gpg", batch)), [4 / 3, -2 / 3, -2 / 3, 0.0], what="gpg")
+    close(first(R.evaluate("remax", batch)), [1.0, 0.0, -1.0, 0.0], what="remax")
+    # REINFORCE++ with gamma 0.5: returns [[0.5, 1], [0], [0], [0.5, 1, 2]] (lengths 2, 1, 1,
+    # 3), 7 tokens of mean 5/7; unbiased variance by fsum.
+    out = R.evaluate("reinforce_pp", dict(batch, params={"gamma": 0.5}))
+    G = [0.5, 1.0, 0.0, 0.0, 0.5, 1.0, 2.0]
+    m = sum(G) / 7
+    sd = math.sqrt(sum((g - m) ** 2 for g in G) / 6 + 1e-8)
+    flat = [x for row in out["token"]["adv"] for x in row]
+    close(flat, [(g - m) / sd for g in G], what="reinforce_pp")
+    # REINFORCE++-baseline: s = [2/3, 2/3, -1/3, -1/3, 0, 0, 0] on the tokens.
+    out = R.evaluate("reinforce_pp_baseline", batch)
+    S = [2 / 3, 2 / 3, -1 / 3, -1 / 3, 0.0, 0.0, 0.0]
+    m = sum(S) / 7
+    sd = math.sqrt(sum((x - m) ** 2 for x in S) / 6 + 1e-8)
+    flat = [x for row in out["token"]["adv"] for x in row]
+    close(flat, [(x - m) / sd for x in S], what="reinforce_pp_baseline")
+    # One token in the batch: variance 0, advantage 0.
+    one = {"token": {"logp": [[-0.1]]}, "seq": {"reward": [3]}}
+    close(R.evaluate("reinforce_pp", one)["token"]["adv"], [[0.0]], what="one token")
+
+
+@test
 def grpo_groups_and_singletons():
     # Groups are per prompt id; a group of one gets 0 with every std convention.
     batch = {"token": {"logp": [[-0.1], [-0.1, -0.2], [-0.3], [-0.1]]},
@@ -699,7 +737,7 @@ def random_batches_are_valid_and_varied():
                 saw_equal_group |= any(len(m) > 1 and len({rw[i] for i in m}) == 1
                                        for m in members.values())
         assert saw_len1, method
-        if method in ("grpo", "rloo", "gspo", "treeadv"):
+        if method in R.GROUP_METHODS + ("treeadv",):
             assert saw_single_group and saw_equal_group, method
 
 

@@ -218,6 +218,8 @@ int64_t bufferLength(abi::Domain d, const Batch &batch) {
     return batch.numGroups();
   case abi::Domain::Node:
     return batch.numNodes;
+  case abi::Domain::Batch:
+    return 1;
   case abi::Domain::Scalar:
     break;
   }
@@ -319,9 +321,10 @@ runTyped(const abi::Manifest &m,
     if (!fn)
       return err("kernel '" + k.name + "' not found in the compiled code");
     unitBegin = 0;
-    unitEnd = k.grid == abi::Grid::Group  ? G
-              : k.grid == abi::Grid::Node ? nNodes
-                                          : B;
+    unitEnd = k.grid == abi::Grid::Group   ? G
+              : k.grid == abi::Grid::Node  ? nNodes
+              : k.grid == abi::Grid::Batch ? 1
+                                           : B;
     if (k.perBlock) {
       if (auto e = simulateBlocks(k, reinterpret_cast<BlockFn>(fn),
                                   argv.data()))

@@ -173,6 +173,11 @@ private:
     }
     if (from == cir::Domain::Seq && to == cir::Domain::Group)
       return reduceSum(g, cir::Domain::Group);
+    if ((from == cir::Domain::Token || from == cir::Domain::Seq) &&
+        to == cir::Domain::Batch) {
+      Value s = from == cir::Domain::Seq ? g : reduceSum(g, cir::Domain::Seq);
+      return reduceSum(s, cir::Domain::Batch);
+    }
     return fail(op, "cannot carry a gradient from " +
                         stringifyDomain(from).str() + " back to " +
                         stringifyDomain(to).str());

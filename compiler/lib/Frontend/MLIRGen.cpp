@@ -38,6 +38,8 @@ cir::Domain toIR(cac::Domain d) {
     return cir::Domain::Group;
   case cac::Domain::Node:
     return cir::Domain::Node;
+  case cac::Domain::Batch:
+    return cir::Domain::Batch;
   }
   return cir::Domain::Scalar;
 }
@@ -627,6 +629,51 @@ private:
         binary(l, cir::BinaryKind::Max, others, constant(l, 1.0)));
     return select(l, cmp(l, cir::CmpPredicate::GT, others, constant(l, 0.0)),
                   mean, constant(l, 0.0));
+  }
+
+  /// batch_*: a seq value reduces over the batch's sequences in one batch
+  /// kernel. A token value first reduces per sequence (the seq kernels'
+  /// block reductions), so that the batch kernel combines B partials, not N
+  /// tokens; a variance takes two such rounds, the squared deviations from
+  /// the batch mean in the second, as a group's does.
+  Value lowerBatchReduce(Builtin b, ArrayRef<Value> a, Location l) {
+    using K = cir::ReduceKind;
+    K kind = b == Builtin::BatchSum           ? K::Sum
+             : b == Builtin::BatchMean        ? K::Mean
+             : b == Builtin::BatchMin         ? K::Min
+             : b == Builtin::BatchMax         ? K::Max
+             : b == Builtin::BatchCount       ? K::Count
+             : b == Builtin::BatchVar         ? K::Var
+             : b == Builtin::BatchStd         ? K::Std
+             : b == Builtin::BatchVarUnbiased ? K::VarUnbiased
+                                              : K::StdUnbiased;
+    Value x = a[0];
+    if (typeOf(x).getDomain() == cir::Domain::Seq)
+      return reduce(l, kind, x, cir::Domain::Batch);
+    auto overTokens = [&](K k, Value v) {
+      return reduce(l, k, reduce(l, k, v, cir::Domain::Seq),
+                    cir::Domain::Batch);
+    };
+    if (kind == K::Sum || kind == K::Min || kind == K::Max)
+      return overTokens(kind, x);
+    Value n = reduce(l, K::Sum, length(l), cir::Domain::Batch);
+    if (kind == K::Count)
+      return n;
+    Value one = constant(l, 1.0);
+    Value mean = binary(l, cir::BinaryKind::Div, overTokens(K::Sum, x),
+                        binary(l, cir::BinaryKind::Max, n, one));
+    if (kind == K::Mean)
+      return mean;
+    Value d = binary(l, cir::BinaryKind::Sub, x, mean);
+    Value ss = overTokens(K::Sum, binary(l, cir::BinaryKind::Mul, d, d));
+    bool unbiased = kind == K::VarUnbiased || kind == K::StdUnbiased;
+    Value cnt = unbiased ? binary(l, cir::BinaryKind::Sub, n, one) : n;
+    // n - 1 = 0 (one token) leaves ss = 0: a variance of 0, as a group's.
+    Value var = binary(l, cir::BinaryKind::Div, ss,
+                       binary(l, cir::BinaryKind::Max, cnt, one));
+    if (kind == K::Std || kind == K::StdUnbiased)
+      return builder.create<cir::UnaryOp>(l, cir::UnaryKind::Sqrt, var);
+    return var;
   }
 
   /// is_root, is_leaf, num_children, subtree_count.

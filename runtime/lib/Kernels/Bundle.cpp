@@ -39,6 +39,8 @@ const char *sizeSymbol(Domain d) {
     return "G";
   case Domain::Node:
     return "K";
+  case Domain::Batch:
+    return "1";
   case Domain::Scalar:
     break;
   }
@@ -132,6 +134,8 @@ int64_t domainSize(Domain d, const PackedBatch &batch) {
     return batch.numGroups();
   case Domain::Node:
     return batch.numNodes();
+  case Domain::Batch:
+    return 1;
   case Domain::Scalar:
     break;
   }
@@ -378,6 +382,8 @@ int64_t unitsOf(Grid g, const PackedBatch &b) {
     return b.numGroups();
   case Grid::Node:
     return b.numNodes();
+  case Grid::Batch:
+    return 1;
   }
   return 0;
 }

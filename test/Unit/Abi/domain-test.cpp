@@ -12,7 +12,8 @@ using namespace cac::abi;
 namespace {
 
 constexpr Domain kAll[] = {Domain::Scalar, Domain::Token, Domain::Seg,
-                           Domain::Seq,    Domain::Group, Domain::Node};
+                           Domain::Seq,    Domain::Group, Domain::Node,
+                           Domain::Batch};
 
 TEST(Domain, SpellingsParseBackExceptScalar) {
   for (Domain d : kAll) {
@@ -29,12 +30,13 @@ TEST(Domain, SpellingsParseBackExceptScalar) {
 TEST(Domain, BroadcastLattice) {
   // Each domain and the domains it broadcasts to (itself included).
   const std::pair<Domain, std::string> table[] = {
-      {Domain::Scalar, "scalar token seg seq group node"},
+      {Domain::Scalar, "scalar token seg seq group node batch"},
       {Domain::Token, "token"},
       {Domain::Seg, "token seg"},
       {Domain::Seq, "token seg seq"},
       {Domain::Group, "token seg seq group"},
       {Domain::Node, "token node"},
+      {Domain::Batch, "token seg seq group batch"},
   };
   for (const auto &[from, targets] : table)
     for (Domain to : kAll) {
@@ -53,6 +55,8 @@ TEST(Domain, JoinIsTheFinerOrNone) {
   EXPECT_EQ(joinDomains(Domain::Seg, Domain::Seg), Domain::Seg);
   EXPECT_FALSE(joinDomains(Domain::Node, Domain::Seq));
   EXPECT_FALSE(joinDomains(Domain::Group, Domain::Node));
+  EXPECT_EQ(joinDomains(Domain::Batch, Domain::Seq), Domain::Seq);
+  EXPECT_FALSE(joinDomains(Domain::Batch, Domain::Node));
 }
 
 TEST(KernelArgs, FixedHeadIsSizesThenStructureArrays) {
@@ -73,7 +77,7 @@ TEST(KernelArgs, FixedHeadIsSizesThenStructureArrays) {
 TEST(KernelArgs, SpellingsParseBack) {
   for (DType t : {DType::I32, DType::I64, DType::F32, DType::F64})
     EXPECT_EQ(parseDType(spelling(t)), t);
-  for (Grid g : {Grid::Seq, Grid::Group, Grid::Node}) {
+  for (Grid g : {Grid::Seq, Grid::Group, Grid::Node, Grid::Batch}) {
     EXPECT_EQ(parseGrid(spelling(g)), g);
     EXPECT_EQ(gridOf(domainOf(g)), g);
   }

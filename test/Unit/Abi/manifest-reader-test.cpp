@@ -80,8 +80,8 @@ TEST(ManifestReader, NamesTheFieldOfEachError) {
        "m.json: objective: expected an object, got array"},
       {[](json &j) { j["objective"].erase("gradient"); },
        "m.json: objective: missing field 'gradient'"},
-      {[](json &j) { j["objective"]["loss_domain"] = "batch"; },
-       "m.json: objective.loss_domain: unknown domain 'batch' (expected "
+      {[](json &j) { j["objective"]["loss_domain"] = "prompt"; },
+       "m.json: objective.loss_domain: unknown domain 'prompt' (expected "
        "token, seg, seq, group or node)"},
       // The buffers.
       {[](json &j) { j.erase("buffers"); }, "m.json: missing field 'buffers'"},
@@ -106,7 +106,7 @@ TEST(ManifestReader, NamesTheFieldOfEachError) {
        "scratch"},
       {[](json &j) { j["buffers"][2]["domain"] = "prompt"; },
        "m.json: buffers[2].domain: unknown domain 'prompt' (expected token, "
-       "seg, seq, group or node)"},
+       "seg, seq, group, node or batch)"},
       {[](json &j) { j["buffers"][2]["dtype"] = "i64"; },
        "m.json: buffers[2].dtype: expected 'f32', 'f64' or 'i32', got "
        "'i64'"},
@@ -172,8 +172,8 @@ TEST(ManifestReader, NamesTheFieldOfEachError) {
       {[](json &j) { j["kernels"][1]["name"] = "est_tree"; },
        "m.json: kernels[1].name: duplicate kernel 'est_tree'"},
       {[](json &j) { j["kernels"][1]["grid"] = "token"; },
-       "m.json: kernels[1].grid: unknown grid 'token' (expected seq, group "
-       "or node)"},
+       "m.json: kernels[1].grid: unknown grid 'token' (expected seq, group, "
+       "node or batch)"},
       {[](json &j) { j["kernels"][1]["block"] = 2048; },
        "m.json: kernels[1].block: expected an integer in [1, 1024], got "
        "2048"},

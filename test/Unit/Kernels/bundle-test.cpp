@@ -310,7 +310,8 @@ TEST(Bundle, BadManifestNamesTheFile) {
   TempBundle tb(m);
   EXPECT_EQ(errorOf([&] { Bundle::load(tb.dir()); }),
             tb.dir() + "/manifest.json: buffers[0].domain: unknown domain "
-                       "'tokens' (expected token, seg, seq, group or node)");
+                       "'tokens' (expected token, seg, seq, group, node or "
+                       "batch)");
   TempBundle broken(std::string("{ not json"));
   EXPECT_CONTAINS(errorOf([&] { Bundle::load(broken.dir()); }),
                   broken.dir() + "/manifest.json: not valid JSON");

@@ -2,7 +2,7 @@
 //
 // Every value of a cac program lives in a domain, and every buffer of a
 // kernel bundle has one. Coarser domains broadcast implicitly to finer ones
-// (group -> seq -> seg -> token, node -> token); the other direction needs
+// (batch -> group -> seq -> seg -> token, node -> token); the other direction needs
 // an explicit reduction. The language (dsl/), the dialect (compiler/) and the
 // runtime all take the lattice from here.
 //
@@ -18,9 +18,11 @@
 namespace cac::abi {
 
 /// The index spaces. `Scalar` is the domain of parameters and literals; it is
-/// no buffer's domain. The values are the dialect's (CacBase.td), which
-/// CacDialect.cpp checks.
-enum class Domain : uint32_t { Scalar = 0, Token, Seg, Seq, Group, Node };
+/// no buffer's domain. `Batch` holds one value for the whole batch, computed
+/// by a reduction over all its sequences or tokens (a scratch buffer of one
+/// element). The values are the dialect's (CacBase.td), which CacDialect.cpp
+/// checks.
+enum class Domain : uint32_t { Scalar = 0, Token, Seg, Seq, Group, Node, Batch };
 
 /// The spelling of a domain in the language and in manifests ("token", ...).
 constexpr const char *spelling(Domain d) {
@@ -37,6 +39,8 @@ constexpr const char *spelling(Domain d) {
     return "group";
   case Domain::Node:
     return "node";
+  case Domain::Batch:
+    return "batch";
   }
   return "?";
 }
@@ -44,8 +48,8 @@ constexpr const char *spelling(Domain d) {
 /// Parses a user-visible domain name; `scalar` is not one (nothing is
 /// declared or stored on it).
 inline std::optional<Domain> parseDomain(std::string_view name) {
-  for (Domain d :
-       {Domain::Token, Domain::Seg, Domain::Seq, Domain::Group, Domain::Node})
+  for (Domain d : {Domain::Token, Domain::Seg, Domain::Seq, Domain::Group,
+                   Domain::Node, Domain::Batch})
     if (name == spelling(d))
       return d;
   return std::nullopt;
@@ -57,6 +61,9 @@ constexpr bool broadcastsTo(Domain from, Domain to) {
   if (from == to || from == Domain::Scalar)
     return true;
   switch (from) {
+  case Domain::Batch:
+    return to == Domain::Group || to == Domain::Seq || to == Domain::Seg ||
+           to == Domain::Token;
   case Domain::Group:
     return to == Domain::Seq || to == Domain::Seg || to == Domain::Token;
   case Domain::Seq:

@@ -20,8 +20,9 @@ namespace cac::abi {
 /// Element types of buffers, structure arrays and scalars.
 enum class DType { I32, I64, F32, F64 };
 
-/// What a kernel's grid unit is: a sequence, a group or a tree node.
-enum class Grid { Seq, Group, Node };
+/// What a kernel's grid unit is: a sequence, a group, a tree node, or the
+/// whole batch (one unit: the batch-wide reductions).
+enum class Grid { Seq, Group, Node, Batch };
 
 /// How the runtime treats a buffer: inputs are given by the caller, outputs
 /// are returned, scratch lives for one run. Buffers are listed in this order.
@@ -106,6 +107,8 @@ constexpr const char *spelling(Grid g) {
     return "group";
   case Grid::Node:
     return "node";
+  case Grid::Batch:
+    return "batch";
   }
   return "?";
 }
@@ -150,7 +153,7 @@ inline std::optional<DType> parseDType(std::string_view s) {
 }
 
 inline std::optional<Grid> parseGrid(std::string_view s) {
-  for (Grid g : {Grid::Seq, Grid::Group, Grid::Node})
+  for (Grid g : {Grid::Seq, Grid::Group, Grid::Node, Grid::Batch})
     if (s == spelling(g))
       return g;
   return std::nullopt;
@@ -180,11 +183,13 @@ constexpr Domain domainOf(Grid g) {
     return Domain::Group;
   case Grid::Node:
     return Domain::Node;
+  case Grid::Batch:
+    return Domain::Batch;
   }
   return Domain::Seq;
 }
 
-/// The grid over a domain's units; only seq, group and node have one.
+/// The grid over a domain's units; only seq, group, node and batch have one.
 constexpr std::optional<Grid> gridOf(Domain d) {
   switch (d) {
   case Domain::Seq:
@@ -193,6 +198,8 @@ constexpr std::optional<Grid> gridOf(Domain d) {
     return Grid::Group;
   case Domain::Node:
     return Grid::Node;
+  case Domain::Batch:
+    return Grid::Batch;
   default:
     return std::nullopt;
   }

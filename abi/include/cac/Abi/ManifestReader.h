@@ -265,7 +265,7 @@ private:
     if (!d)
       return fail(field + ".domain",
                   "unknown domain '" + domain +
-                      "' (expected token, seg, seq, group or node)");
+                      "' (expected token, seg, seq, group, node or batch)");
     spec.domain = *d;
     std::optional<std::string> text;
     spec.dtype = m.dtype;
@@ -419,7 +419,7 @@ private:
     std::optional<Grid> g = parseGrid(grid);
     if (!g)
       return fail(field + ".grid",
-                  "unknown grid '" + grid + "' (expected seq, group or node)");
+                  "unknown grid '" + grid + "' (expected seq, group, node or batch)");
     spec.grid = *g;
     if (const json *b = optional(k, "block")) {
       if (!b->is_number_integer() || b->get<int64_t>() < 1 ||

@@ -78,12 +78,14 @@ std::tuple<Value, Value, Value, Value> SeqKernelEmitter::blockScan(Value a,
   return {xa, xb, ta, tb};
 }
 
-/// Combines the threads' partials of a token -> seq reduction: a butterfly
-/// of shuffles in each warp (every lane ends with the same value), the
-/// warps' values through shared memory, combined by every thread in the
-/// same order; every thread gets the result.
-Value SeqKernelEmitter::blockReduce(ReduceKind kind, Value acc) {
-  const int64_t size = threads->size, w = threads->warp(), warps = size / w;
+/// Combines the threads' partials of a reduction: a butterfly of shuffles in
+/// each warp (every lane ends with the same value), the warps' values
+/// through shared memory, combined by every thread in the same order; every
+/// thread gets the result.
+Value blockReduce(Emitter &e, const BlockThreads &threads, ReduceKind kind,
+                  Value acc) {
+  OpBuilder &b = e.b;
+  const int64_t size = threads.size, w = threads.warp(), warps = size / w;
   auto combine = [&](Value x, Value y) -> Value {
     switch (kind) {
     case ReduceKind::Min:
@@ -95,21 +97,30 @@ Value SeqKernelEmitter::blockReduce(ReduceKind kind, Value acc) {
     }
   };
   for (int64_t d = w / 2; d >= 1; d /= 2)
-    acc = combine(acc, threads->shuffle(acc, d, true));
+    acc = combine(acc, threads.shuffle(acc, d, true));
   if (warps == 1)
     return acc;
-  Value tid = threads->tid;
+  auto sharedAt = [&](Value i) { return e.ptrAt(threads.shared, i, e.ft); };
+  Value tid = threads.tid;
   Value lane = b.create<arith::RemSIOp>(e.loc, tid, e.i64(w));
   Value warp = b.create<arith::DivSIOp>(e.loc, tid, e.i64(w));
   Value first =
       b.create<arith::CmpIOp>(e.loc, arith::CmpIPredicate::eq, lane, e.i64(0));
-  IndexOps(e).when(first, [&] { storeShared(acc, warp); });
-  threads->barrier();
-  Value r = loadShared(e.i64(0));
+  IndexOps(e).when(
+      first, [&] { b.create<LLVM::StoreOp>(e.loc, acc, sharedAt(warp)); });
+  threads.barrier();
+  auto loadShared = [&](int64_t k) {
+    return b.create<LLVM::LoadOp>(e.loc, e.ft, sharedAt(e.i64(k)));
+  };
+  Value r = loadShared(0);
   for (int64_t k = 1; k < warps; ++k)
-    r = combine(r, loadShared(e.i64(k)));
-  threads->barrier();
+    r = combine(r, loadShared(k));
+  threads.barrier();
   return r;
+}
+
+Value SeqKernelEmitter::blockReduce(ReduceKind kind, Value acc) {
+  return lowering::blockReduce(e, *threads, kind, acc);
 }
 
 /// For each thread's counts c[k] of the 16 digits, its first output slot

@@ -12,12 +12,34 @@ void GroupKernelEmitter::emit(Value unit) {
   for (auto [v, buf] : stores)
     e.storeBuffer(buf, eval(v), group);
 }
+void GroupKernelEmitter::emitBatch(Value isStorer) {
+  e.anchor = e.i64(0).getDefiningOp();
+  wholeBatch = true;
+  compute(e.i64(0));
+  SmallVector<std::pair<Value, unsigned>> values;
+  for (auto [v, buf] : stores)
+    values.push_back({eval(v), buf});
+  auto storeAll = [&] {
+    for (auto [v, buf] : values)
+      e.storeBuffer(buf, v, group);
+  };
+  if (isStorer)
+    IndexOps(e).when(isStorer, storeAll);
+  else
+    storeAll();
+}
+
 void GroupKernelEmitter::compute(Value unit) {
   group = unit;
-  mstart = e.loadI32AsI64(kGroupOffsets, unit);
-  Value next = b.create<arith::AddIOp>(e.loc, unit, e.i64(1));
-  mend = e.loadI32AsI64(kGroupOffsets, next);
-  n = b.create<arith::SubIOp>(e.loc, mend, mstart);
+  if (wholeBatch) {
+    mstart = e.i64(0);
+    n = e.args[kNumSeqs];
+  } else {
+    mstart = e.loadI32AsI64(kGroupOffsets, unit);
+    Value next = b.create<arith::AddIOp>(e.loc, unit, e.i64(1));
+    mend = e.loadI32AsI64(kGroupOffsets, next);
+    n = b.create<arith::SubIOp>(e.loc, mend, mstart);
+  }
   nf = e.toFloat(n);
 
   SmallVector<ReduceOp> reds;
@@ -69,8 +91,10 @@ SmallVector<Value> GroupKernelEmitter::memberLoop(ArrayRef<ReduceOp> reds,
     OpBuilder::InsertionGuard g(b);
     b.setInsertionPointToStart(forOp.getBody());
     Value j = forOp.getInductionVar();
-    Value member = e.loadI32AsI64(kGroupMembers,
-                                  b.create<arith::AddIOp>(e.loc, mstart, j));
+    Value member =
+        wholeBatch ? j
+                   : e.loadI32AsI64(kGroupMembers,
+                                    b.create<arith::AddIOp>(e.loc, mstart, j));
     SmallVector<Value> yields;
     for (auto [k, rc] : llvm::enumerate(reds)) {
       ReduceOp r = rc;
@@ -190,6 +214,8 @@ Value GroupKernelEmitter::eval(Value v) {
   if (op->getParentOp() != kernel.getOperation()) {
     if (domainOf(v) == Domain::Scalar)
       r = e.scalar(v);
+    else if (domainOf(v) == Domain::Batch)
+      r = e.loadBuffer(v, e.i64(0));
     else
       r = e.loadBuffer(v, group);
   } else {

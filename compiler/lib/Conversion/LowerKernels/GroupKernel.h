@@ -4,7 +4,10 @@
 // accumulates sums, minima, maxima, first and last members, a second (only
 // when needed) the squared deviations for variances. A fused group kernel
 // (cac-fuse-groups) runs the same passes inside a seq kernel, for the
-// sequence's group, split over the block's threads on the GPU.
+// sequence's group, split over the block's threads on the GPU. A batch
+// kernel is the group of all the sequences: one unit, run by one block on
+// the GPU (after the seq kernels have reduced token values per sequence, so
+// the block combines B partials: a grid-wide reduction in two launches).
 //
 //===----------------------------------------------------------------------===//
 
@@ -25,6 +28,11 @@ public:
 
   /// The kernel's body for group `unit`: its values, stored.
   void emit(Value unit);
+
+  /// The body of a batch kernel (its one unit): the same passes over all the
+  /// batch's sequences, the values stored at index 0 (by thread 0 of a
+  /// block, whose threads split the sequences with `inBlock`).
+  void emitBatch(Value isStorer);
 
   /// The kernel's reductions and values for group `unit`, at the insertion
   /// point (scalars go to the caller's anchor).
@@ -68,6 +76,8 @@ private:
   KernelOp kernel;
   ArrayRef<Store> stores;
   Value group, mstart, mend, n, nf;
+  /// A batch kernel: the members are sequences 0..B-1.
+  bool wholeBatch = false;
   Value blockTid;
   int64_t blockSize = 1;
   std::function<Value(ReduceKind, Value)> blockCombine;

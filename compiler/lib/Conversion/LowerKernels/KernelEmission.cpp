@@ -78,8 +78,11 @@ cac::abi::KernelSpec Lowering::emitKernel(KernelOp kernel,
   SmallVector<Store> tokenStores, outerStores;
   storesOf(kernel, abi, tokenStores, outerStores);
   Type ft = abi.floatType;
+  // A batch kernel's one unit is a block too: its threads split the
+  // sequences.
   const bool perBlock =
-      target.blockPerSequence() && kernel.getGrid() == Domain::Seq;
+      target.blockPerSequence() &&
+      (kernel.getGrid() == Domain::Seq || kernel.getGrid() == Domain::Batch);
   auto emitBody = [&](OpBuilder &ib, ArrayRef<Value> args, Value unit,
                       const BlockThreads *threads) {
     Emitter em(ib, kernel.getLoc(), ft, args, abi);
@@ -89,6 +92,18 @@ cac::abi::KernelSpec Lowering::emitKernel(KernelOp kernel,
           .emit(unit);
     } else if (kernel.getGrid() == Domain::Node) {
       emitNodeKernel(em, kernel, abi, outerStores, unit);
+    } else if (kernel.getGrid() == Domain::Batch) {
+      GroupKernelEmitter ge(em, kernel, outerStores);
+      Value storer;
+      if (threads) {
+        ge.inBlock(threads->tid, threads->size,
+                   [&, threads](ReduceKind k, Value acc) {
+                     return blockReduce(em, *threads, k, acc);
+                   });
+        storer = ib.create<arith::CmpIOp>(
+            kernel.getLoc(), arith::CmpIPredicate::eq, threads->tid, em.i64(0));
+      }
+      ge.emitBatch(storer);
     } else {
       GroupKernelEmitter(em, kernel, outerStores).emit(unit);
     }
@@ -100,7 +115,7 @@ cac::abi::KernelSpec Lowering::emitKernel(KernelOp kernel,
                          perBlock,
                          std::nullopt,
                          std::nullopt};
-  if (perBlock) {
+  if (perBlock && kernel.getGrid() == Domain::Seq) {
     k.items = o.seqItems;
     k.layout = o.seqLayout;
   }

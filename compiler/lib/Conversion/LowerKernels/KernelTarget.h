@@ -27,6 +27,7 @@ namespace cac::lowering {
 using LowerOptions = cac::CacLowerKernelsOptions;
 
 class KernelTarget;
+class Emitter;
 
 /// The threads of a block that work on one unit together. On the GPU they
 /// are the block's threads, with shared memory and bar.sync; in the CPU
@@ -113,6 +114,12 @@ protected:
   const LowerOptions &o;
   Type ft;
 };
+
+/// Combines the partials `acc` of a reduction of kind `kind` over the
+/// threads of a block (BlockPrimitives.cpp); every thread gets the result.
+/// All threads call it at the same point.
+Value blockReduce(Emitter &e, const BlockThreads &threads, ReduceKind kind,
+                  Value acc);
 
 /// The target named by `o.target` (cpu, cuda or cuda-sim), or null.
 std::unique_ptr<KernelTarget> createKernelTarget(const LowerOptions &o,

@@ -25,7 +25,9 @@ Value SeqKernelEmitter::computeOuter(Value v) {
     Domain d = domainOf(v);
     if (d == Domain::Scalar)
       return e.scalar(v);
-    assert(d == Domain::Seq || d == Domain::Group);
+    assert(d == Domain::Seq || d == Domain::Group || d == Domain::Batch);
+    if (d == Domain::Batch)
+      return e.loadBuffer(v, e.i64(0));
     return e.loadBuffer(v, d == Domain::Group ? group : unit);
   }
   if (isa<LengthOp>(op))

@@ -45,6 +45,7 @@ CAC_SAME_DOMAIN(Seg)
 CAC_SAME_DOMAIN(Seq)
 CAC_SAME_DOMAIN(Group)
 CAC_SAME_DOMAIN(Node)
+CAC_SAME_DOMAIN(Batch)
 #undef CAC_SAME_DOMAIN
 
 LogicalResult FieldType::verify(function_ref<InFlightDiagnostic()> emitError,
@@ -140,8 +141,9 @@ LogicalResult SegGatherOp::verify() {
 
 LogicalResult KernelOp::verify() {
   Domain g = getGrid();
-  if (g != Domain::Seq && g != Domain::Group && g != Domain::Node)
-    return emitOpError("grid must be seq, group or node");
+  if (g != Domain::Seq && g != Domain::Group && g != Domain::Node &&
+      g != Domain::Batch)
+    return emitOpError("grid must be seq, group, node or batch");
   auto yield = cast<YieldOp>(getBody().front().getTerminator());
   if (yield.getValues().getTypes() != getResultTypes())
     return emitOpError("yielded types do not match the results");
@@ -262,16 +264,18 @@ LogicalResult ScanOp::verify() {
 LogicalResult ReduceOp::verify() {
   Domain in = fieldOf(getOperand()).getDomain();
   Domain out = getResult().getType().getDomain();
-  bool ok = (in == Domain::Token && (out == Domain::Seq || out == Domain::Seg)) ||
-            (in == Domain::Seq && out == Domain::Group);
+  bool ok =
+      (in == Domain::Token && (out == Domain::Seq || out == Domain::Seg)) ||
+      (in == Domain::Seq && (out == Domain::Group || out == Domain::Batch));
   if (!ok)
     return emitOpError("cannot reduce from ")
            << stringifyDomain(in) << " to " << stringifyDomain(out);
   ReduceKind k = getKind();
   bool stat = k == ReduceKind::Var || k == ReduceKind::Std ||
               k == ReduceKind::VarUnbiased || k == ReduceKind::StdUnbiased;
-  if (stat && out != Domain::Group)
-    return emitOpError("variance and std reduce seq values over a group");
+  if (stat && out != Domain::Group && out != Domain::Batch)
+    return emitOpError(
+        "variance and std reduce seq values over a group or the batch");
   if (!isFloatField(getOperand()) ||
       fieldOf(getOperand()).getElementType() !=
           getResult().getType().getElementType())

@@ -1,9 +1,9 @@
 //===- Partition.cpp - Group estimator operations into kernels ------------===//
 //
-// Phases alternate: even phases run per sequence (token, seg and seq values),
-// odd phases per group. An operation goes into the earliest phase of the
-// right parity that comes after the phases of its operands. Inputs,
-// parameters and constants stay outside the kernels.
+// Each phase runs over one grid: per sequence (token, seg and seq values),
+// per group, per node, or once for the batch. An operation goes into the
+// earliest phase of its grid that comes after the phases of its operands.
+// Inputs, parameters and constants stay outside the kernels.
 //
 //===----------------------------------------------------------------------===//
 
@@ -24,9 +24,10 @@ using namespace cac::ir;
 namespace {
 
 /// The grid a value's computation runs on: one unit per group, per tree
-/// node, or per sequence (token, seg and seq values).
+/// node, one for the whole batch, or one per sequence (token, seg and seq
+/// values).
 Domain gridOf(Domain d) {
-  if (d == Domain::Group || d == Domain::Node)
+  if (d == Domain::Group || d == Domain::Node || d == Domain::Batch)
     return d;
   return Domain::Seq;
 }

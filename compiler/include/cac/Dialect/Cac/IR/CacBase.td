@@ -14,7 +14,8 @@ def Cac_Dialect : Dialect {
   let description = [{
     The `cac` dialect mirrors the primitives of the cac language. Every value
     is a *field* over one domain of the rollout batch (token, seg, seq, group,
-    node, or scalar for parameters and literals). Elementwise operations take
+    node, batch for one value of the whole batch, or scalar for parameters
+    and literals). Elementwise operations take
     operands of one domain; `cac.broadcast` moves a value to a finer domain and
     `cac.reduce` to a coarser one. Scans and shifts run along the tokens of
     each sequence. The `cac-partition` pass groups operations into
@@ -30,7 +31,8 @@ def Cac_Domain : I32EnumAttr<"Domain", "index space of a value", [
     I32EnumAttrCase<"Seg", 2, "seg">,
     I32EnumAttrCase<"Seq", 3, "seq">,
     I32EnumAttrCase<"Group", 4, "group">,
-    I32EnumAttrCase<"Node", 5, "node">]> {
+    I32EnumAttrCase<"Node", 5, "node">,
+    I32EnumAttrCase<"Batch", 6, "batch">]> {
   let cppNamespace = "::cac::ir";
   let genSpecializedAttr = 0;
 }

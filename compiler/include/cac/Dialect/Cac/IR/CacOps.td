@@ -82,8 +82,8 @@ def Cac_KernelOp : Cac_Op<"kernel", [SingleBlockImplicitTerminator<"YieldOp">]> 
   let summary = "operations that one kernel launch computes";
   let description = [{
     Created by `cac-partition`. A kernel runs one unit of its `grid` domain
-    (`seq`: a sequence with all its tokens; `group`: a group of sequences) per
-    thread. Values yielded by a kernel are stored in scratch buffers and read
+    (`seq`: a sequence with all its tokens; `group`: a group of sequences;
+    `batch`: its one unit, all the sequences) per thread. Values yielded by a kernel are stored in scratch buffers and read
     by later kernels.
 
     ```mlir
@@ -294,8 +294,9 @@ def Cac_SegGatherOp : Cac_Op<"seg_gather", [Pure]> {
 def Cac_ReduceOp : Cac_Op<"reduce", [Pure]> {
   let summary = "reduces a value to a coarser domain";
   let description = [{
-    token -> seq (sum, mean, min, max, first, last, count) and seq -> group
-    (the same, and var / std, population or unbiased).
+    token -> seq (sum, mean, min, max, first, last, count), seq -> group and
+    seq -> batch (the same, and var / std, population or unbiased; batch:
+    over all the sequences of the batch).
 
     ```mlir
     %m = cac.reduce mean %r : !cac.field<seq, f32> -> !cac.field<group, f32>
