@@ -399,6 +399,9 @@ private:
 
   /// A name or a call whose name \p name was just consumed.
   std::optional<Value> parseAfterName(const Token &name, int depth) {
+    // Positional calls (`f(f(f(...)))`) come here without parseValue.
+    if (depth > 32)
+      return fail("values nested too deeply");
     Value v;
     v.loc = name.loc;
     v.text = name.text;
