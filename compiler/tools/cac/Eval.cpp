@@ -25,6 +25,7 @@
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
 
+#include <cmath>
 #include <optional>
 
 using namespace mlir;
@@ -76,6 +77,11 @@ llvm::Expected<Batch> readBatch(const ToolOptions &opts) {
     if (name.empty() || value.trim().getAsDouble(v))
       return llvm::createStringError("--param expects NAME=NUMBER, got '" + p +
                                      "'");
+    // As the batch's "params": nan, inf and overflowing numbers are refused.
+    if (!std::isfinite(v))
+      return llvm::createStringError("--param " + name.str() +
+                                     " must be a finite number, got '" +
+                                     value.trim().str() + "'");
     batch->params[name.str()] = v;
   }
   return batch;

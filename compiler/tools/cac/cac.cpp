@@ -200,6 +200,8 @@ int realMain() {
   if (std::string err = cac::lowerKernelsOptionsError(opts.kernels.lower);
       !err.empty())
     return fail("--" + err);
+  if (std::string err = cac::nvptxChipError(opts.kernels.chip); !err.empty())
+    return fail(err);
   if (command != "compile" && command != "eval")
     return fail("unknown command '" + command + "'; expected compile or eval");
   DialectRegistry registry;
