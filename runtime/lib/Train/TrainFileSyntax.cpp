@@ -211,7 +211,8 @@ private:
       return t;
     }
     if (!std::isfinite(t.number)) {
-      diag_.error(t.loc, "number '" + t.text + "' does not fit in a double");
+      diag_.error(t.loc, "number '" + t.text +
+                             "' is out of range (it does not fit in a double)");
       t.kind = Tok::Error;
       return t;
     }

@@ -398,6 +398,15 @@ TEST(TrainFile, DeepNestingIsAnError) {
       << r.errors.substr(0, 300);
 }
 
+TEST(TrainFile, NumberOutOfRange) {
+  Result r = check(withFields("  prompts = 1e999\n"));
+  EXPECT_FALSE(r.cfg);
+  EXPECT_NE(r.errors.find("t.cac:6:13: error: number '1e999' is out of range "
+                          "(it does not fit in a double)"),
+            std::string::npos)
+      << r.errors;
+}
+
 TEST(TrainFile, CaretKeepsTabs) {
   Result r = check("train t {\n\tstesp = 1\n}");
   EXPECT_NE(r.errors.find("t.cac:2:2: error: unknown field 'stesp'"),
