@@ -9,8 +9,13 @@
 #include "mlir/Dialect/LLVMIR/Transforms/Passes.h"
 #include "mlir/Pass/PassRegistry.h"
 #include "mlir/Transforms/Passes.h"
+#include "llvm/MC/MCSubtargetInfo.h"
+#include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Process.h"
+#include "llvm/Support/TargetSelect.h"
+
+#include <memory>
 
 using namespace mlir;
 
@@ -99,6 +104,27 @@ std::string cac::findLibdevice() {
       return p;
   }
   return "";
+}
+
+std::string cac::nvptxChipError(llvm::StringRef chip) {
+  LLVMInitializeNVPTXTargetInfo();
+  LLVMInitializeNVPTXTargetMC();
+  const char *triple = "nvptx64-nvidia-cuda";
+  std::string err;
+  const llvm::Target *target = llvm::TargetRegistry::lookupTarget(triple, err);
+  if (!target)
+    return "--arch: LLVM has no NVPTX back end: " + err;
+  std::unique_ptr<llvm::MCSubtargetInfo> sti(
+      target->createMCSubtargetInfo(triple, "", ""));
+  if (sti && sti->isCPUStringValid(chip))
+    return "";
+  std::string known;
+  if (sti)
+    for (const llvm::SubtargetSubTypeKV &kv :
+         sti->getAllProcessorDescriptions())
+      known += (known.empty() ? "" : ", ") + std::string(kv.Key);
+  return "--arch: unknown GPU architecture '" + chip.str() +
+         "'; this LLVM's PTX back end supports " + known;
 }
 
 /// Registers a kernel pipeline for cac-opt with the options of `cac compile`:

@@ -8,6 +8,7 @@
 #include "llvm/ADT/StringSet.h"
 
 #include <cmath>
+#include <cstdio>
 
 using namespace cac;
 using namespace cac::ast;
@@ -654,9 +655,34 @@ private:
       count = 1;
     }
     for (size_t i = count; i < e.args.size(); ++i)
-      if (!requireFloat(*e.args[i], what) || !requireCoarse(*e.args[i], what))
+      if (!requireFloat(*e.args[i], what) ||
+          !requireCoarse(*e.args[i], what) ||
+          !requirePositiveCount(*e.args[i], what))
         return false;
     return true;
+  }
+
+  /// A period or count written as a number must be a whole number of at
+  /// least 1: every(0) would divide by zero, balanced(p, 0) make no
+  /// segment. (A parameter's value is the caller's to check.)
+  bool requirePositiveCount(Expr &e, llvm::StringRef what) {
+    double v;
+    if (e.kind == Expr::Kind::Number)
+      v = e.number;
+    else if (e.kind == Expr::Kind::Unary && e.op == Expr::Op::Neg &&
+             e.args[0]->kind == Expr::Kind::Number)
+      v = -e.args[0]->number;
+    else
+      return true;
+    if (v >= 1 && v == std::floor(v))
+      return true;
+    char got[32];
+    std::snprintf(got, sizeof(got), "%g", v);
+    error(e.loc) << what << ": the "
+                 << (what == "'every'" ? "period" : "count")
+                 << " is out of range: it must be a whole number of at least "
+                 << "1, got " << got;
+    return false;
   }
 
   bool requireSequenceDomain(Expr &e, llvm::StringRef what) {

@@ -55,6 +55,11 @@ void registerCacPasses();
 /// The libdevice.10.bc of the CUDA toolkit, or "" when none is found.
 std::string findLibdevice();
 
+/// "" when LLVM's NVPTX back end knows GPU architecture `chip`, else an
+/// error that lists the ones it knows (an unknown one would abort the PTX
+/// back end).
+std::string nvptxChipError(llvm::StringRef chip);
+
 } // namespace cac
 
 #endif // CAC_PIPELINES_H

@@ -21,6 +21,7 @@
 #include "mlir/Target/LLVMIR/Dialect/GPU/GPUToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/NVVM/NVVMToLLVMIRTranslation.h"
+#include "llvm/ADT/StringMap.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/MemoryBuffer.h"
 #include "llvm/Support/Path.h"
@@ -43,13 +44,20 @@ void cac::registerAllDialects(DialectRegistry &registry) {
 
 namespace {
 
+/// The files imported so far, by real path: each is read, parsed and
+/// analyzed once however many aliases and importers name it (null: it
+/// failed, and its errors have been reported).
+using ImportCache =
+    llvm::StringMap<std::shared_ptr<cac::ast::Estimator>>;
+
 /// Parses buffer `bufferId`, resolves its imports (paths relative to the
 /// importing file, each file parsed and analyzed on its own and added to
 /// `sourceMgr` so that its diagnostics show its lines), then analyzes it.
 /// `active` holds the files being imported, to report cycles.
 std::unique_ptr<cac::ast::Estimator>
 parseWithImports(llvm::SourceMgr &sourceMgr, unsigned bufferId,
-                 MLIRContext &context, std::vector<std::string> &active) {
+                 MLIRContext &context, std::vector<std::string> &active,
+                 ImportCache &cache) {
   auto est = cac::parseEstimator(sourceMgr, bufferId, context);
   if (!est)
     return nullptr;
@@ -74,18 +82,28 @@ parseWithImports(llvm::SourceMgr &sourceMgr, unsigned bufferId,
       ok = false;
       continue;
     }
+    if (auto hit = cache.find(key); hit != cache.end()) {
+      if (!hit->second) {
+        emitError(at) << "in the estimator imported as '" << imp.alias << "'";
+        ok = false;
+      }
+      imp.module = hit->second;
+      continue;
+    }
     if (active.size() >= 16) {
       emitError(at) << "imports nest more than 16 deep";
       ok = false;
       continue;
     }
-    // Regular files only, and no larger than the parser accepts: an import
-    // of /dev/zero or of a huge file must be an error, not a hang.
+    // .cac files only, regular and no larger than the parser accepts: an
+    // import of /dev/zero, a FIFO or a huge file must be an error, not a
+    // hang, and one of another kind of file must not echo its lines.
     uint64_t size = 0;
-    if (llvm::sys::fs::exists(path) &&
-        (!llvm::sys::fs::is_regular_file(path) ||
-         llvm::sys::fs::file_size(path, size) ||
-         size > cac::ParseLimits().maxFileBytes)) {
+    if (llvm::sys::path::extension(path) != ".cac" ||
+        (llvm::sys::fs::exists(path) &&
+         (!llvm::sys::fs::is_regular_file(path) ||
+          llvm::sys::fs::file_size(path, size) ||
+          size > cac::ParseLimits().maxFileBytes))) {
       emitError(at) << "cannot import '" << path
                     << "': not a regular .cac file of at most "
                     << (cac::ParseLimits().maxFileBytes >> 20) << " MiB";
@@ -101,8 +119,10 @@ parseWithImports(llvm::SourceMgr &sourceMgr, unsigned bufferId,
     }
     unsigned id = sourceMgr.AddNewSourceBuffer(std::move(*file), llvm::SMLoc());
     active.push_back(key);
-    auto sub = parseWithImports(sourceMgr, id, context, active);
+    std::shared_ptr<cac::ast::Estimator> sub =
+        parseWithImports(sourceMgr, id, context, active, cache);
     active.pop_back();
+    cache[key] = sub;
     if (!sub) {
       emitError(at) << "in the estimator imported as '" << imp.alias << "'";
       ok = false;
@@ -121,12 +141,13 @@ std::unique_ptr<cac::ast::Estimator>
 cac::parseAndAnalyze(llvm::SourceMgr &sourceMgr, unsigned bufferId,
                      MLIRContext &context) {
   std::vector<std::string> active;
+  ImportCache cache;
   llvm::SmallString<256> real;
   std::string self =
       sourceMgr.getMemoryBuffer(bufferId)->getBufferIdentifier().str();
   active.push_back(llvm::sys::fs::real_path(self, real) ? self
                                                         : real.str().str());
-  return parseWithImports(sourceMgr, bufferId, context, active);
+  return parseWithImports(sourceMgr, bufferId, context, active, cache);
 }
 
 OwningOpRef<ModuleOp> cac::compileToCac(llvm::SourceMgr &sourceMgr,

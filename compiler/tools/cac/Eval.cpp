@@ -27,6 +27,7 @@
 #include "llvm/Support/Path.h"
 #include "llvm/Support/WithColor.h"
 
+#include <cmath>
 #include <optional>
 
 using namespace mlir;
@@ -78,6 +79,11 @@ llvm::Expected<Batch> readBatch(const ToolOptions &opts) {
     if (name.empty() || value.trim().getAsDouble(v))
       return llvm::createStringError("--param expects NAME=NUMBER, got '" + p +
                                      "'");
+    // As the batch's "params": nan, inf and overflowing numbers are refused.
+    if (!std::isfinite(v))
+      return llvm::createStringError("--param " + name.str() +
+                                     " must be a finite number, got '" +
+                                     value.trim().str() + "'");
     batch->params[name.str()] = v;
   }
   return batch;

@@ -19,6 +19,9 @@
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
 
+#include <csignal>
+#include <unistd.h>
+
 using namespace mlir;
 using cac::tool::Emit;
 namespace cl = llvm::cl;
@@ -33,6 +36,11 @@ static cl::opt<std::string> outputFile("o", cl::desc("Output file"),
                                        cl::cat(cat));
 static cl::opt<std::string> arch("arch", cl::desc("GPU architecture"),
                                  cl::init("sm_90"), cl::cat(cat));
+static cl::opt<unsigned> timeLimit(
+    "time-limit",
+    cl::desc("Stop with an error after this many seconds of wall time (0: no "
+             "limit; cac-run sets one, so that no input hangs a run)"),
+    cl::init(0), cl::cat(cat));
 static cl::opt<std::string> bundleDir(
     "bundle", cl::desc("Also write a kernel bundle (manifest, PTX, host.so)"),
     cl::value_desc("dir"), cl::cat(cat));
@@ -200,6 +208,8 @@ int realMain() {
   if (std::string err = cac::lowerKernelsOptionsError(opts.kernels.lower);
       !err.empty())
     return fail("--" + err);
+  if (std::string err = cac::nvptxChipError(opts.kernels.chip); !err.empty())
+    return fail(err);
   if (command != "compile" && command != "eval")
     return fail("unknown command '" + command + "'; expected compile or eval");
   DialectRegistry registry;
@@ -225,6 +235,16 @@ int realMain() {
 
 int mainThunk(void *) { return realMain(); }
 
+/// SIGALRM of --time-limit: a message and exit status 1 (only
+/// async-signal-safe calls).
+void onTimeLimit(int) {
+  static const char msg[] =
+      "cac: error: --time-limit: not finished within the time limit\n";
+  ssize_t n = write(STDERR_FILENO, msg, sizeof(msg) - 1);
+  (void)n;
+  _exit(1);
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -233,5 +253,9 @@ int main(int argc, char **argv) {
   cl::ParseCommandLineOptions(argc, argv,
                               "cac: compile and run credit-assignment "
                               "estimators\n");
+  if (timeLimit > 0) {
+    std::signal(SIGALRM, onTimeLimit);
+    alarm(timeLimit);
+  }
   return cac::runWithLargeStack(mainThunk, nullptr);
 }

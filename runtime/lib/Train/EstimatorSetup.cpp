@@ -22,14 +22,19 @@ namespace {
 bool compileBundle(TrainerState &s, DiagnosticEngine &diag, SourceLoc loc,
                    const fs::path &src, const fs::path &ptx,
                    const fs::path &target) {
+  // No estimator compiles for long (compile time is linear in the source):
+  // past this, something hangs (a FIFO, a device), and the run must stop.
+  const std::string limit = "600";
   int rc = 0;
   if (s.world.writer())
     rc = runProcess({s.opts.compiler.string(), "compile", src.string(), "-o",
-                     ptx.string(), "--bundle", target.string()});
+                     ptx.string(), "--bundle", target.string(),
+                     "--time-limit=" + limit});
   if (rc != 0) {
     diag.error(loc, "compiling '" + src.string() + "' with '" +
                         s.opts.compiler.string() + "' failed (exit status " +
-                        std::to_string(rc) + ")");
+                        std::to_string(rc) + "; the compiler stops after " +
+                        limit + " s)");
     return false;
   }
   s.world.barrier();

@@ -211,7 +211,8 @@ private:
       return t;
     }
     if (!std::isfinite(t.number)) {
-      diag_.error(t.loc, "number '" + t.text + "' does not fit in a double");
+      diag_.error(t.loc, "number '" + t.text +
+                             "' is out of range (it does not fit in a double)");
       t.kind = Tok::Error;
       return t;
     }
@@ -399,6 +400,9 @@ private:
 
   /// A name or a call whose name \p name was just consumed.
   std::optional<Value> parseAfterName(const Token &name, int depth) {
+    // Positional calls (`f(f(f(...)))`) come here without parseValue.
+    if (depth > 32)
+      return fail("values nested too deeply");
     Value v;
     v.loc = name.loc;
     v.text = name.text;

@@ -374,6 +374,39 @@ TEST(TrainFile, SyntaxErrors) {
   }
 }
 
+TEST(TrainFile, DeepNestingIsAnError) {
+  // Positional calls nest without going through a keyword's value: they are
+  // bounded like keyword arguments, never a stack overflow.
+  const int depth = 20000;
+  std::string positional = std::string("train t {\n  rollout = ");
+  for (int i = 0; i < depth; ++i)
+    positional += "f(";
+  positional += std::string(depth, ')') + "\n}\n";
+  Result r = check(positional);
+  EXPECT_FALSE(r.cfg);
+  EXPECT_NE(r.errors.find("t.cac:2:80: error: values nested too deeply"),
+            std::string::npos)
+      << r.errors.substr(0, 300);
+  std::string keyword = std::string("train t {\n  rollout = ");
+  for (int i = 0; i < depth; ++i)
+    keyword += "f(a = ";
+  keyword += std::string(depth, ')') + "\n}\n";
+  r = check(keyword);
+  EXPECT_FALSE(r.cfg);
+  EXPECT_NE(r.errors.find("error: values nested too deeply"),
+            std::string::npos)
+      << r.errors.substr(0, 300);
+}
+
+TEST(TrainFile, NumberOutOfRange) {
+  Result r = check(withFields("  prompts = 1e999\n"));
+  EXPECT_FALSE(r.cfg);
+  EXPECT_NE(r.errors.find("t.cac:6:13: error: number '1e999' is out of range "
+                          "(it does not fit in a double)"),
+            std::string::npos)
+      << r.errors;
+}
+
 TEST(TrainFile, CaretKeepsTabs) {
   Result r = check("train t {\n\tstesp = 1\n}");
   EXPECT_NE(r.errors.find("t.cac:2:2: error: unknown field 'stesp'"),

@@ -113,7 +113,7 @@ void SeqKernelEmitter::emitBlockLoop(Loop &l) {
     llvm::SetVector<Value> loads;
     if (threads->prefetch)
       tileLoads = &loads;
-    tokenMemo.clear();
+    forgetTokens();
     SmallVector<Value> ts, ins;
     for (int64_t j = 0; j < items; ++j) {
       Value p = b.create<arith::AddIOp>(e.loc, base, e.i64(j * stride));
@@ -134,7 +134,7 @@ void SeqKernelEmitter::emitBlockLoop(Loop &l) {
     if (!loads.empty())
       emitTilePrefetch(loads, base, tileLen, lastTok, l.reverse);
     b.create<scf::YieldOp>(e.loc, yields);
-    tokenMemo.clear();
+    forgetTokens();
   }
   finishBlockReductions(l, forOp);
 }
@@ -277,7 +277,7 @@ void SeqKernelEmitter::finishBlockReductions(Loop &l, scf::ForOp forOp) {
         else
           t = b.create<arith::SubIOp>(e.loc, end, e.i64(1));
         b.create<scf::YieldOp>(e.loc, evalTok(red.getOperand(), t));
-        tokenMemo.clear();
+        forgetTokens();
         b.setInsertionPointToStart(&ifOp.getElseRegion().front());
         b.create<scf::YieldOp>(e.loc, e.fconst(0.0));
       }

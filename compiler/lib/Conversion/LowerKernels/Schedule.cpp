@@ -16,6 +16,7 @@ public:
 
 private:
   bool inKernel(Value v) { return definedIn(kernel, v); }
+  void collectTokenDeps(Value v, SmallVectorImpl<Dep> &deps);
   void tokenDeps(Value v, int64_t off, SmallVectorImpl<Dep> &deps);
   void outerDeps(Value v, SmallVectorImpl<Dep> &deps);
   void place(Item item, SmallVectorImpl<Dep> &deps,
@@ -29,14 +30,29 @@ private:
   std::vector<Loop> loops;
   DenseMap<Operation *, size_t> loopOf;
   DenseSet<Store> placedStores;
+  /// The (value, offset) pairs and seq-level values the current
+  /// collectTokenDeps walk has visited: a value read twice (`a + a`) is
+  /// walked once, so the walk is linear in the kernel, not in its
+  /// expansion as a tree.
+  DenseSet<std::pair<Value, int64_t>> seenTok;
+  DenseSet<Value> seenOuter;
 };
 
 } // namespace
 
+/// The scans, ranks and reductions that token value `v` reads. A
+/// dependence reached twice is listed once: `place` and `fitsLast` only ask
+/// whether some dependence forces a loop, so repeats change nothing.
+void Scheduler::collectTokenDeps(Value v, SmallVectorImpl<Dep> &deps) {
+  seenTok.clear();
+  seenOuter.clear();
+  tokenDeps(v, 0, deps);
+}
+
 /// The scans, ranks and reductions that `v` reads at a token, at offset
 /// `off` from it.
 void Scheduler::tokenDeps(Value v, int64_t off, SmallVectorImpl<Dep> &deps) {
-  if (!inKernel(v))
+  if (!inKernel(v) || !seenTok.insert({v, off}).second)
     return;
   Operation *op = v.getDefiningOp();
   if (isa<ScanOp, RankOp>(op)) {
@@ -66,7 +82,7 @@ void Scheduler::tokenDeps(Value v, int64_t off, SmallVectorImpl<Dep> &deps) {
 
 /// The reductions that seq-level value `v` reads.
 void Scheduler::outerDeps(Value v, SmallVectorImpl<Dep> &deps) {
-  if (!inKernel(v))
+  if (!inKernel(v) || !seenOuter.insert(v).second)
     return;
   Operation *op = v.getDefiningOp();
   if (isa<ReduceOp>(op)) {
@@ -130,14 +146,14 @@ std::vector<Loop> Scheduler::run() {
   for (Operation &op : kernel.getBody().front()) {
     SmallVector<Dep> deps;
     if (auto scan = dyn_cast<ScanOp>(op)) {
-      tokenDeps(scan.getInput(), 0, deps);
-      tokenDeps(scan.getDecay(), 0, deps);
+      collectTokenDeps(scan.getInput(), deps);
+      collectTokenDeps(scan.getDecay(), deps);
       Item it{Item::Scan, &op, {}, storage.lookup(scan.getResult())};
       place(it, deps, scan.getReverse());
     } else if (auto rank = dyn_cast<RankOp>(op)) {
       // Every token's rank reads the whole sequence: what the input
       // depends on must be complete before the rank's loop starts.
-      tokenDeps(rank.getInput(), 0, deps);
+      collectTokenDeps(rank.getInput(), deps);
       for (Dep &d : deps)
         d.seqLevel = true;
       Item it{Item::Rank, &op, {}, storage.lookup(rank.getResult())};
@@ -145,7 +161,7 @@ std::vector<Loop> Scheduler::run() {
     } else if (auto red = dyn_cast<ReduceOp>(op)) {
       if (domainOf(red.getOperand()) != Domain::Token)
         continue;
-      tokenDeps(red.getOperand(), 0, deps);
+      collectTokenDeps(red.getOperand(), deps);
       place(Item{Item::Reduce, &op, {}, 0}, deps, std::nullopt);
     }
     // Token stores are placed right after the op that defines their value
@@ -172,7 +188,7 @@ void Scheduler::placeStoresOf(Value r) {
       continue;
     }
     SmallVector<Dep> deps;
-    tokenDeps(v, 0, deps);
+    collectTokenDeps(v, deps);
     placedStores.insert({v, buf});
     place(Item{Item::Store, nullptr, v, buf}, deps, std::nullopt);
   }

@@ -98,8 +98,14 @@ private:
   Value computeOuter(Value v);
   Value evalTok(Value v, Value t);
   Value computeTok(Value v, Value t);
+  Value shiftTok(ShiftOp s, Value t);
+  std::pair<Value, Value> shiftIndexFrom(Value t, int64_t offset);
   static arith::CmpIPredicate intPredicate(CmpOp cmp);
   Value intTok(Value v, Value t);
+  Value computeIntTok(Value v, Value t);
+  /// Forgets every value memoized at a token index, before the indices
+  /// change (a new loop iteration, a new region).
+  void forgetTokens();
 
   Emitter &e;
   OpBuilder &b;
@@ -114,6 +120,19 @@ private:
   Value unit, start, end, len, group;
   DenseMap<Value, Value> outerMemo;
   DenseMap<std::pair<Value, Value>, Value> tokenMemo;
+  DenseMap<std::pair<Value, Value>, Value> intMemo;
+  /// A token index that shifts made: `offset` tokens from the token `base`
+  /// through `depth` nested shifts.
+  static constexpr unsigned kPathShifts = 3;
+  struct ShiftedIndex {
+    Value base;
+    int64_t offset;
+    unsigned depth;
+  };
+  /// The indices shifts made (shiftTok), and the one made for each (base,
+  /// offset) of the shifts nested deeper than two, with its in-range flag.
+  DenseMap<Value, ShiftedIndex> shiftedFrom;
+  DenseMap<std::pair<Value, int64_t>, std::pair<Value, Value>> nestedIndex;
   /// In a CPU loop past its first token: each token of the iteration -> the
   /// token one step back, already computed in this iteration (null for the
   /// iteration's first token: one step back is the previous iteration's).

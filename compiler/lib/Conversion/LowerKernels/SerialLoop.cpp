@@ -187,7 +187,7 @@ SmallVector<Value> SeqKernelEmitter::emitTokenLoop(Loop &l, Value lo, Value hi,
     else
       ts.push_back(b.create<arith::AddIOp>(e.loc, start, ij));
   }
-  tokenMemo.clear();
+  forgetTokens();
   back.clear();
   if (backInRange)
     for (size_t j = 0; j < ts.size(); ++j)

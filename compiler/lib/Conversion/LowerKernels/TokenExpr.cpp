@@ -67,28 +67,8 @@ Value SeqKernelEmitter::computeTok(Value v, Value t) {
   }
   if (isa<PositionOp>(op))
     return e.toFloat(b.create<arith::SubIOp>(e.loc, t, start));
-  if (auto s = dyn_cast<ShiftOp>(op)) {
-    // I64Attr accessors return uint64_t: read the offset as signed, or
-    // `prev` (-1) would be taken for a forward shift.
-    int64_t offset = int64_t(s.getOffset());
-    if (auto it = back.find(t); it != back.end() && offset == backOffset) {
-      // In range (see emitLoop): the previous token of the iteration, or
-      // the token before the iteration.
-      Value t2 = it->second ? it->second
-                            : b.create<arith::AddIOp>(e.loc, t, e.i64(offset));
-      return evalTok(s.getOperand(), t2);
-    }
-    Value t2 = b.create<arith::AddIOp>(e.loc, t, e.i64(offset));
-    Value in =
-        offset > 0
-            ? b.create<arith::CmpIOp>(e.loc, arith::CmpIPredicate::slt, t2, end)
-            : b.create<arith::CmpIOp>(e.loc, arith::CmpIPredicate::sge, t2,
-                                      start);
-    Value tc = b.create<arith::SelectOp>(e.loc, in, t2, t);
-    Value a = evalTok(s.getOperand(), tc);
-    Value f = evalTok(s.getFill(), t);
-    return b.create<arith::SelectOp>(e.loc, in, a, f);
-  }
+  if (auto s = dyn_cast<ShiftOp>(op))
+    return shiftTok(s, t);
   if (auto bc = dyn_cast<BroadcastOp>(op)) {
     Domain from = domainOf(bc.getOperand());
     if (from == Domain::Node) // an earlier node kernel stored it
@@ -119,6 +99,71 @@ Value SeqKernelEmitter::computeTok(Value v, Value t) {
   return e.elementwise(op, x);
 }
 
+void SeqKernelEmitter::forgetTokens() {
+  tokenMemo.clear();
+  intMemo.clear();
+  shiftedFrom.clear();
+  nestedIndex.clear();
+}
+
+/// `next(x, fill)`, `prev(x, fill)` (a shift by `offset`) at token `t`: `x`
+/// at t + offset where that token is in the sequence, else the fill at t.
+///
+/// The first two shifts of a nest index from the index they are given; a
+/// deeper one from the nest's base token by the sum of the offsets, one
+/// index per sum: nests of `next` and `prev` (`let a2 = next(a1) +
+/// prev(a1)`, ...) then make a number of indices linear in the depth, not
+/// one per path through them.
+Value SeqKernelEmitter::shiftTok(ShiftOp s, Value t) {
+  // I64Attr accessors return uint64_t: read the offset as signed, or
+  // `prev` (-1) would be taken for a forward shift.
+  int64_t offset = int64_t(s.getOffset());
+  if (auto it = back.find(t); it != back.end() && offset == backOffset) {
+    // In range (see emitLoop): the previous token of the iteration, or
+    // the token before the iteration.
+    Value t2 = it->second ? it->second
+                          : b.create<arith::AddIOp>(e.loc, t, e.i64(offset));
+    return evalTok(s.getOperand(), t2);
+  }
+  ShiftedIndex at{t, offset, 1};
+  if (auto it = shiftedFrom.find(t); it != shiftedFrom.end())
+    at = {it->second.base, it->second.offset + offset, it->second.depth + 1};
+  Value in, tc;
+  if (at.depth <= kPathShifts) {
+    std::tie(in, tc) = shiftIndexFrom(t, offset);
+    shiftedFrom[tc] = at;
+  } else {
+    // The result matters only where every enclosing shift was in range,
+    // so that `t` is its base plus its offset, inside the sequence
+    // (elsewhere an enclosing shift takes its fill).
+    if (at.offset == 0)
+      return evalTok(s.getOperand(), at.base);
+    auto [it, isNew] = nestedIndex.try_emplace({at.base, at.offset});
+    if (isNew) {
+      it->second = shiftIndexFrom(at.base, at.offset);
+      shiftedFrom[it->second.second] = at;
+    }
+    std::tie(in, tc) = it->second;
+  }
+  Value a = evalTok(s.getOperand(), tc);
+  Value f = evalTok(s.getFill(), t);
+  return b.create<arith::SelectOp>(e.loc, in, a, f);
+}
+
+/// Whether token `t` + `offset` is in the sequence, and that token if so,
+/// else `t` (a token of the sequence: the bound that `offset` moves towards
+/// decides).
+std::pair<Value, Value> SeqKernelEmitter::shiftIndexFrom(Value t,
+                                                          int64_t offset) {
+  Value t2 = b.create<arith::AddIOp>(e.loc, t, e.i64(offset));
+  Value in =
+      offset > 0
+          ? b.create<arith::CmpIOp>(e.loc, arith::CmpIPredicate::slt, t2, end)
+          : b.create<arith::CmpIOp>(e.loc, arith::CmpIPredicate::sge, t2,
+                                    start);
+  return {in, b.create<arith::SelectOp>(e.loc, in, t2, t)};
+}
+
 arith::CmpIPredicate SeqKernelEmitter::intPredicate(CmpOp cmp) {
   switch (cmp.getPredicate()) {
   case CmpPredicate::LT:
@@ -142,6 +187,15 @@ arith::CmpIPredicate SeqKernelEmitter::intPredicate(CmpOp cmp) {
 /// sums and differences of these; a null Value otherwise. (Their floats
 /// are exact below 2^24 tokens a sequence, so the comparison is the same.)
 Value SeqKernelEmitter::intTok(Value v, Value t) {
+  auto key = std::make_pair(v, t);
+  if (auto it = intMemo.find(key); it != intMemo.end())
+    return it->second;
+  Value r = computeIntTok(v, t);
+  intMemo[key] = r;
+  return r;
+}
+
+Value SeqKernelEmitter::computeIntTok(Value v, Value t) {
   Operation *op = v.getDefiningOp();
   if (!op)
     return Value();
