@@ -37,7 +37,8 @@ void onStopSignal(int sig, siginfo_t *info, void *) {
   } else if (n >= 2 && secondStops.load()) {
     say("\ncac-run: ");
     say(stopSignalName(sig));
-    say(" again: stopping at once (the last checkpoint stays)\n");
+    say(": a second stop signal, stopping at once (the last checkpoint "
+        "stays)\n");
     std::signal(sig, SIG_DFL);
     ::raise(sig);
   }
