@@ -288,7 +288,24 @@ void writeFileAtomic(const fs::path &path, std::string_view contents) {
   writeFileAtomic(path, [&](FileWriter &w) { w.write(contents); });
 }
 
+void requireRegularFile(const fs::path &path, const std::string &what) {
+  struct stat st;
+  // stat, not open: opening a FIFO waits for a writer.
+  if (::stat(path.c_str(), &st) != 0)
+    throwErrno("cannot open " + what, path);
+  if (S_ISDIR(st.st_mode)) {
+    errno = EISDIR;
+    throwErrno("cannot read " + what, path);
+  }
+  if (!S_ISREG(st.st_mode))
+    throw std::runtime_error(
+        "cannot read " + what + " '" + path.string() +
+        "': not a regular file (a device, a FIFO or a socket, which may "
+        "never end); give a file");
+}
+
 std::string readFileToString(const fs::path &path) {
+  requireRegularFile(path, "file");
   errno = 0;
   std::ifstream in(path, std::ios::binary);
   if (!in) {

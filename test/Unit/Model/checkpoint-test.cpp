@@ -11,6 +11,7 @@
 
 #include <cstdlib>
 #include <set>
+#include <sys/stat.h>
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -328,6 +329,13 @@ TEST(FileUtil, AtomicWrites) {
   EXPECT_EQ(readFileToString(f), "two") << "a failed write kept the old file";
   EXPECT_FALSE(fs::exists(dir / "a.txt.tmp"));
   EXPECT_ERROR([&] { readFileToString(dir / "none"); }, {"none", "cannot open"});
+  // A device or a FIFO (a config.json, a tokenizer.json) is not read.
+  EXPECT_ERROR([&] { readFileToString("/dev/zero"); },
+               {"/dev/zero", "not a regular file"});
+  ASSERT_EQ(mkfifo((dir / "fifo").c_str(), 0600), 0);
+  EXPECT_ERROR([&] { readFileToString(dir / "fifo"); },
+               {"fifo", "not a regular file"});
+  fs::remove(dir / "fifo");
   EXPECT_ERROR([&] { writeFileAtomic(dir / "no" / "such" / "dir", "x"); },
                {"cannot create"});
   {

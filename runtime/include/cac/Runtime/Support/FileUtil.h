@@ -86,7 +86,14 @@ std::string fileCrc32c(const std::filesystem::path &path);
 /// write of FileWriter and appendToFile passes here (docs/reliability.md).
 bool injectedWriteFailure(const std::filesystem::path &path, size_t size);
 
-/// Reads a whole file; throws std::runtime_error naming the file on failure.
+/// Throws std::runtime_error naming \p what and \p path unless \p path is a
+/// regular file: a device (/dev/zero), a FIFO or a socket could be read
+/// forever, and opening a FIFO waits for a writer.
+void requireRegularFile(const std::filesystem::path &path,
+                        const std::string &what);
+
+/// Reads a whole regular file (requireRegularFile); throws
+/// std::runtime_error naming the file on failure.
 std::string readFileToString(const std::filesystem::path &path);
 
 /// A folder that becomes visible under its final name all at once.
