@@ -100,9 +100,10 @@ void saveCheckpoint(const fs::path &dir, const CheckpointState &state) {
   }
 
   AtomicDirectory out(dir);
-  json files = json::object();
+  json files = json::object(), checksums = json::object();
   auto record = [&](const std::string &rel) {
     files[rel] = fs::file_size(out.path() / rel);
+    checksums[rel] = "crc32c:" + fileCrc32c(out.path() / rel);
   };
 
   json models = json::array();
@@ -186,6 +187,7 @@ void saveCheckpoint(const fs::path &dir, const CheckpointState &state) {
     meta["tensors"] = names;
   }
   meta["files"] = files;
+  meta["checksums"] = checksums;
 
   // checkpoint.json last: its presence means everything else is complete.
   FileWriter w(out.path() / "checkpoint.json");
@@ -196,6 +198,28 @@ void saveCheckpoint(const fs::path &dir, const CheckpointState &state) {
 
 namespace {
 CheckpointInfo parseCheckpointInfo(const fs::path &dir);
+
+/// Every file's CRC-32C against checkpoint.json's (a checkpoint written
+/// before checksums has none to check): a same-size corruption is caught
+/// before any state is loaded.
+void verifyChecksums(const fs::path &dir, const json &meta) {
+  if (!meta.contains("checksums"))
+    return;
+  const json &sums = meta["checksums"];
+  if (!sums.is_object())
+    fail(dir, "checkpoint.json: 'checksums' is not an object");
+  for (auto it = sums.begin(); it != sums.end(); ++it) {
+    if (!meta["files"].contains(it.key()))
+      fail(dir, "checkpoint.json has a checksum of '" + it.key() +
+                    "', which it does not list in 'files'");
+    std::string want =
+        it.value().is_string() ? it.value().get<std::string>() : "";
+    std::string got = "crc32c:" + fileCrc32c(dir / it.key());
+    if (got != want)
+      fail(dir, "file '" + it.key() + "' is corrupted: its checksum is " +
+                    got + ", checkpoint.json records " + it.value().dump());
+  }
+}
 } // namespace
 
 CheckpointInfo readCheckpointInfo(const fs::path &dir) {
@@ -279,6 +303,7 @@ CheckpointInfo parseCheckpointInfo(const fs::path &dir) {
 void loadCheckpoint(const fs::path &dir, CheckpointState &state) {
   CheckpointInfo info = readCheckpointInfo(dir);
   json meta = json::parse(readFileToString(dir / "checkpoint.json"));
+  verifyChecksums(dir, meta);
   // Generators first: they are the cheapest to check, and failing before
   // any model is overwritten leaves the caller's state untouched more often.
   std::unique_ptr<SafetensorsReader> rng;

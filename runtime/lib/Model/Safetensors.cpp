@@ -87,7 +87,9 @@ at::ScalarType safetensorsDTypeFromName(const std::string &name) {
 }
 
 SafetensorsReader::SafetensorsReader(fs::path path) : path_(std::move(path)) {
-  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO opens at once (to be refused below) instead of
+  // waiting for a writer; a regular file ignores it.
+  fd_ = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd_ < 0)
     fail(path_, std::string("cannot open: ") + std::strerror(errno));
   struct stat st;

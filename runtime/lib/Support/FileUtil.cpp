@@ -2,7 +2,10 @@
 
 #include "cac/Runtime/Support/FileUtil.h"
 
+#include <array>
 #include <cerrno>
+#include <cstdlib>
+#include <mutex>
 #include <cstdio>
 #include <cstring>
 #include <fcntl.h>
@@ -40,6 +43,23 @@ void removeTree(const fs::path &p, std::error_code &ec) {
 
 constexpr size_t kBufferSize = 1 << 20;
 
+#if defined(__x86_64__)
+/// CRC-32C with SSE 4.2's crc32 instruction (the caller inverts).
+__attribute__((target("sse4.2"))) uint32_t
+crc32cHardware(const uint8_t *p, size_t size, uint32_t crc) {
+  uint64_t c = crc;
+  for (; size >= 8; size -= 8, p += 8) {
+    uint64_t word;
+    std::memcpy(&word, p, 8);
+    c = __builtin_ia32_crc32di(c, word);
+  }
+  uint32_t c32 = static_cast<uint32_t>(c);
+  for (; size > 0; --size, ++p)
+    c32 = __builtin_ia32_crc32qi(c32, *p);
+  return c32;
+}
+#endif
+
 /// fsyncs every file and folder below \p dir (deepest first) and \p dir.
 void fsyncTree(const fs::path &dir) {
   for (const auto &entry : fs::directory_iterator(dir)) {
@@ -63,19 +83,143 @@ FileWriter::~FileWriter() {
     ::close(fd_);
 }
 
-void FileWriter::flush() {
-  const char *p = buffer_.data();
-  size_t left = buffer_.size();
+namespace {
+
+/// Writes all of \p size bytes to \p fd; throws naming \p path.
+void writeAll(int fd, const fs::path &path, const char *p, size_t left) {
+  if (injectedWriteFailure(path, left)) {
+    errno = ENOSPC;
+    throwErrno("cannot write", path);
+  }
   while (left > 0) {
-    ssize_t n = ::write(fd_, p, left);
+    ssize_t n = ::write(fd, p, left);
     if (n < 0) {
       if (errno == EINTR)
         continue;
-      throwErrno("cannot write", path_);
+      throwErrno("cannot write", path);
     }
     p += n;
     left -= static_cast<size_t>(n);
   }
+}
+
+struct InjectedFailure {
+  std::mutex mutex;
+  std::string spec, text;
+  uint64_t after = 0, written = 0;
+};
+
+} // namespace
+
+bool injectedWriteFailure(const fs::path &path, size_t size) {
+  const char *env = std::getenv("CAC_TEST_ENOSPC");
+  if (!env || !*env)
+    return false;
+  static InjectedFailure f;
+  std::lock_guard<std::mutex> lock(f.mutex);
+  if (f.spec != env) {
+    f.spec = env;
+    size_t colon = f.spec.rfind(':');
+    f.text = f.spec.substr(0, colon);
+    f.after = colon == std::string::npos
+                  ? 0
+                  : std::strtoull(f.spec.c_str() + colon + 1, nullptr, 10);
+    f.written = 0;
+  }
+  if (path.string().find(f.text) == std::string::npos)
+    return false;
+  if (f.written + size > f.after)
+    return true;
+  f.written += size;
+  return false;
+}
+
+void appendToFile(const fs::path &path, std::string_view text) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC,
+                  0644);
+  if (fd < 0)
+    throwErrno("cannot open", path);
+  try {
+    writeAll(fd, path, text.data(), text.size());
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  if (::close(fd) != 0)
+    throwErrno("cannot write", path);
+}
+
+int removeStaleTemporaries(const fs::path &finalPath) {
+  fs::path dir = finalPath.parent_path().empty() ? fs::path(".")
+                                                 : finalPath.parent_path();
+  std::string base = finalPath.filename().string();
+  std::error_code ec;
+  if (base.empty() || !fs::is_directory(dir, ec))
+    return 0;
+  std::vector<fs::path> stale;
+  for (const auto &entry : fs::directory_iterator(dir, ec)) {
+    std::string name = entry.path().filename().string();
+    if (name == base + ".tmp" || name.rfind(base + ".tmp-", 0) == 0)
+      stale.push_back(entry.path());
+  }
+  int removed = 0;
+  for (const fs::path &p : stale) {
+    removeTree(p, ec);
+    removed += ec ? 0 : 1;
+  }
+  return removed;
+}
+
+uint32_t crc32c(const void *data, size_t size, uint32_t crc) {
+  static const auto table = [] {
+    std::array<uint32_t, 256> t{};
+    for (uint32_t n = 0; n < 256; ++n) {
+      uint32_t c = n;
+      for (int k = 0; k < 8; ++k)
+        c = (c & 1) ? 0x82f63b78u ^ (c >> 1) : c >> 1;
+      t[n] = c;
+    }
+    return t;
+  }();
+  const auto *p = static_cast<const uint8_t *>(data);
+  crc = ~crc;
+#if defined(__x86_64__)
+  if (__builtin_cpu_supports("sse4.2"))
+    return ~crc32cHardware(p, size, crc);
+#endif
+  for (size_t i = 0; i < size; ++i)
+    crc = table[(crc ^ p[i]) & 0xff] ^ (crc >> 8);
+  return ~crc;
+}
+
+std::string fileCrc32c(const fs::path &path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    throwErrno("cannot open", path);
+  std::vector<char> buf(kBufferSize);
+  uint32_t crc = 0;
+  for (;;) {
+    ssize_t n = ::read(fd, buf.data(), buf.size());
+    if (n < 0 && errno == EINTR)
+      continue;
+    if (n < 0) {
+      int e = errno;
+      ::close(fd);
+      errno = e;
+      throwErrno("cannot read", path);
+    }
+    if (n == 0)
+      break;
+    crc = crc32c(buf.data(), static_cast<size_t>(n), crc);
+  }
+  ::close(fd);
+  char hex[9];
+  std::snprintf(hex, sizeof hex, "%08x", crc);
+  return hex;
+}
+
+void FileWriter::flush() {
+  writeAll(fd_, path_, buffer_.data(), buffer_.size());
   buffer_.clear();
 }
 
@@ -144,7 +288,24 @@ void writeFileAtomic(const fs::path &path, std::string_view contents) {
   writeFileAtomic(path, [&](FileWriter &w) { w.write(contents); });
 }
 
+void requireRegularFile(const fs::path &path, const std::string &what) {
+  struct stat st;
+  // stat, not open: opening a FIFO waits for a writer.
+  if (::stat(path.c_str(), &st) != 0)
+    throwErrno("cannot open " + what, path);
+  if (S_ISDIR(st.st_mode)) {
+    errno = EISDIR;
+    throwErrno("cannot read " + what, path);
+  }
+  if (!S_ISREG(st.st_mode))
+    throw std::runtime_error(
+        "cannot read " + what + " '" + path.string() +
+        "': not a regular file (a device, a FIFO or a socket, which may "
+        "never end); give a file");
+}
+
 std::string readFileToString(const fs::path &path) {
+  requireRegularFile(path, "file");
   errno = 0;
   std::ifstream in(path, std::ios::binary);
   if (!in) {

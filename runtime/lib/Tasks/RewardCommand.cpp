@@ -2,6 +2,8 @@
 
 #include "cac/Runtime/Tasks/RewardCommand.h"
 
+#include "cac/Runtime/Support/Process.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cctype>
@@ -9,18 +11,16 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
 #include <optional>
 #include <poll.h>
-#include <spawn.h>
 #include <stdexcept>
 #include <sys/wait.h>
 #include <thread>
 #include <unistd.h>
-
-extern char **environ;
 
 namespace cac::rt {
 
@@ -46,8 +46,20 @@ std::optional<double> parseReward(std::string_view line) {
   return v;
 }
 
+/// At most \p n bytes of \p s, with NUL and other control bytes written as
+/// \xNN so that the message shows them.
 std::string shorten(std::string_view s, size_t n = 80) {
-  std::string out(s.substr(0, n));
+  std::string out;
+  for (char c : s.substr(0, n)) {
+    auto u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\x%02x", u);
+      out += buf;
+    } else {
+      out += c;
+    }
+  }
   if (s.size() > n)
     out += "...";
   return out;
@@ -71,37 +83,33 @@ RewardCommand::RewardCommand(std::string command,
     close(in[1]);
     throw std::runtime_error("reward command: pipe: " + errnoText(e));
   }
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, in[0], STDIN_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
   std::string folder = dir.empty() ? std::string(".") : dir.string();
-  posix_spawn_file_actions_addchdir_np(&actions, folder.c_str());
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  sigset_t defaults;
-  sigemptyset(&defaults);
-  sigaddset(&defaults, SIGPIPE);
-  posix_spawnattr_setsigdefault(&attr, &defaults);
+  SpawnOptions o;
+  o.argv = {"/bin/sh", "-c", command_};
+  o.stdinFd = in[0];
+  o.stdoutFd = out[1];
+  o.dir = folder;
   // Its own process group, so that a program that has to be killed is
-  // killed with its children.
-  posix_spawnattr_setpgroup(&attr, 0);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSIGDEF | POSIX_SPAWN_SETPGROUP);
-  std::string sh = "/bin/sh", dashC = "-c";
-  char *argv[] = {sh.data(), dashC.data(), command_.data(), nullptr};
-  int rc = posix_spawn(&pid_, "/bin/sh", &actions, &attr, argv, environ);
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  close(in[0]);
-  close(out[1]);
-  if (rc != 0) {
+  // killed with its children and a terminal's Ctrl-C reaches only cac-run;
+  // it dies with cac-run, and the stop signals a scheduler sends every
+  // process are cac-run's to act on: the step in progress still needs it.
+  o.ownProcessGroup = true;
+  o.dieWithParent = true;
+  o.ignoreStopSignals = true;
+  try {
+    pid_ = spawnProcess(o);
+  } catch (const std::exception &e) {
+    close(in[0]);
+    close(out[1]);
     close(in[1]);
     close(out[0]);
     pid_ = -1;
     throw std::runtime_error("reward command '" + command_ +
                              "': cannot start it in '" + folder +
-                             "': " + errnoText(rc));
+                             "': " + e.what());
   }
+  close(in[0]);
+  close(out[1]);
   toChild_ = in[1];
   fromChild_ = out[0];
 }
@@ -155,7 +163,7 @@ void RewardCommand::fail(const std::string &what) {
   throw std::runtime_error("reward command '" + command_ + "': " + what);
 }
 
-std::string RewardCommand::readLine() {
+std::string RewardCommand::readLine(const std::string &which) {
   using Clock = std::chrono::steady_clock;
   auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
                                      std::chrono::duration<double>(timeout_));
@@ -171,7 +179,7 @@ std::string RewardCommand::readLine() {
                     .count();
     if (left <= 0)
       fail("no answer within " + shorten(std::to_string(timeout_), 8) +
-           " s to completion " + std::to_string(scored_ + 1) +
+           " s to " + which +
            (pending_.empty() ? ""
                              : " (it wrote '" + shorten(pending_) +
                                    "' without a line break)") +
@@ -194,10 +202,32 @@ std::string RewardCommand::readLine() {
       fail("read: " + errnoText(errno));
     }
     if (n == 0)
-      fail("no answer to completion " + std::to_string(scored_ + 1) + ": " +
-           exitStatus() + " (its error output, if any, is above)");
+      fail("no answer to " + which + ": " + exitStatus() +
+           " (its error output, if any, is above)");
     pending_.append(buf, static_cast<size_t>(n));
   }
+}
+
+void RewardCommand::checkNoStrayOutput() {
+  for (;;) {
+    pollfd p{fromChild_, POLLIN, 0};
+    int r = poll(&p, 1, 0);
+    if (r < 0 && errno == EINTR)
+      continue;
+    if (r <= 0)
+      break;
+    char buf[4096];
+    ssize_t n = read(fromChild_, buf, sizeof buf);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN))
+      continue;
+    if (n <= 0)
+      break; // it exited: sending the next completion reports it
+    pending_.append(buf, static_cast<size_t>(n));
+  }
+  if (!pending_.empty())
+    fail("wrote more than one line for " + lastWhich_ + ": after its answer "
+         "came '" + shorten(pending_) + "'; it must write exactly one line "
+         "per completion");
 }
 
 double RewardCommand::score(std::string_view prompt,
@@ -205,6 +235,12 @@ double RewardCommand::score(std::string_view prompt,
                             std::string_view answer, std::string_view id) {
   if (failed_ || toChild_ < 0)
     fail("it failed before");
+  // A line that came after the last answer would be taken as this
+  // completion's reward: the program is out of step with its input.
+  if (scored_ > 0)
+    checkNoStrayOutput();
+  std::string which = "completion " + std::to_string(scored_ + 1) +
+                      " (problem '" + shorten(id) + "')";
   nlohmann::json j{{"prompt", prompt},
                    {"completion", completion},
                    {"answer", answer},
@@ -223,15 +259,16 @@ double RewardCommand::score(std::string_view prompt,
       close(toChild_);
       toChild_ = -1;
       if (e == EPIPE)
-        fail("cannot send completion " + std::to_string(scored_ + 1) + ": " +
-             exitStatus() + " (its error output, if any, is above)");
+        fail("cannot send " + which + ": " + exitStatus() +
+             " (its error output, if any, is above)");
       fail("write: " + errnoText(e));
     }
     off += static_cast<size_t>(n);
   }
+  lastWhich_ = which;
   std::string reply;
   try {
-    reply = readLine();
+    reply = readLine(which);
   } catch (...) {
     close(toChild_);
     toChild_ = -1;
@@ -241,10 +278,15 @@ double RewardCommand::score(std::string_view prompt,
   if (!v) {
     close(toChild_);
     toChild_ = -1;
-    fail("answered '" + shorten(reply) + "' to completion " +
-         std::to_string(scored_ + 1) + " (problem '" + shorten(id) +
-         "'): expected one finite number per line");
+    fail("answered '" + shorten(reply) + "' to " + which +
+         (reply.find('\0') != std::string::npos ? " (it holds NUL bytes)"
+                                                 : "") +
+         ": expected one finite number per line");
   }
+  if (!pending_.empty())
+    fail("wrote more than one line for " + which + ": after its answer '" +
+         shorten(reply) + "' came '" + shorten(pending_) +
+         "'; it must write exactly one line per completion");
   ++scored_;
   return *v;
 }

@@ -1,6 +1,8 @@
 //===- Tasks.cpp - Tasks with verifiable rewards --------------------------===//
 
 #include "cac/Runtime/Tasks/Tasks.h"
+
+#include "cac/Runtime/Support/FileUtil.h"
 #include "cac/Runtime/Support/Random.h"
 
 #include <nlohmann/json.hpp>
@@ -417,6 +419,7 @@ int64_t ArithmeticTask::evaluate(std::string_view expression) {
 //===----------------------------------------------------------------------===//
 
 std::vector<Problem> loadGsm8k(const fs::path &path) {
+  requireRegularFile(path, "GSM8K file");
   std::ifstream in(path);
   if (!in)
     throw std::runtime_error("cannot open GSM8K file '" + path.string() + "'");
@@ -463,6 +466,7 @@ std::vector<Problem> loadGsm8k(const fs::path &path) {
 }
 
 std::vector<Problem> loadJsonl(const fs::path &path, const JsonlKeys &keys) {
+  requireRegularFile(path, "the dataset");
   std::ifstream in(path);
   if (!in)
     throw std::runtime_error("cannot open the dataset '" + path.string() + "'");

@@ -1,6 +1,8 @@
 //===- Distributed.cpp - Data-parallel workers of cac-run -----------------===//
 
 #include "cac/Runtime/Train/Distributed.h"
+
+#include "cac/Runtime/Support/StopSignals.h"
 #include "cac/Runtime/Support/Random.h"
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -320,17 +322,33 @@ int launchWorkers(const LaunchPlan &plan) {
 
   int result = 0, running = plan.nprocs;
   bool stopping = false;
+  int forwarded = 0; // the stop signal passed on to the workers
   auto deadline = std::chrono::steady_clock::time_point::max();
   while (running > 0) {
+    // A stop signal (StopSignals.h) goes to every worker once: each finishes
+    // its step and the checkpoint; a second one kills them.
+    if (int sig = stopSignal(); sig && !forwarded && !stopping) {
+      forwarded = sig;
+      for (pid_t p : pids)
+        if (p > 0)
+          kill(p, sig);
+    }
+    if (forwarded && stopSignalCount() >= 2 && result == 0) {
+      for (pid_t p : pids)
+        if (p > 0)
+          kill(p, SIGKILL);
+      result = 128 + forwarded;
+    }
     int status = 0;
-    pid_t pid = waitpid(-1, &status, stopping ? WNOHANG : 0);
+    // Polled, so that a signal is seen however it falls between the calls.
+    pid_t pid = waitpid(-1, &status, WNOHANG);
     if (pid < 0) {
       if (errno == EINTR)
         continue;
       break;
     }
-    if (pid == 0) { // stopping: poll until the grace period ends
-      if (std::chrono::steady_clock::now() > deadline) {
+    if (pid == 0) {
+      if (stopping && std::chrono::steady_clock::now() > deadline) {
         for (pid_t p : pids)
           if (p > 0)
             kill(p, SIGKILL);
@@ -348,6 +366,12 @@ int launchWorkers(const LaunchPlan &plan) {
     pids[local] = -1;
     --running;
     bool failed = !(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    // A worker that stopped for the forwarded signal did what was asked.
+    if (forwarded && exitCode(status) == 128 + forwarded) {
+      if (result == 0)
+        result = 128 + forwarded;
+      continue;
+    }
     if (failed && !stopping) {
       int rank = plan.nodeRank * plan.nprocs + local;
       std::cerr << "cac-run: error: worker " << rank << " of " << world

@@ -65,7 +65,8 @@ const std::vector<std::string> &metricColumns() {
                                                 "time_update_s",
                                                 "time_eval_s",
                                                 "time_step_s",
-                                                "elapsed_s"};
+                                                "elapsed_s",
+                                                "nonfinite_skips"};
   return cols;
 }
 
@@ -96,23 +97,40 @@ std::string MetricsLog::csvLine(const json &row) {
 
 namespace {
 
-/// The rows of a JSONL log up to step \p keepUpToStep (< 0: none), stopping
-/// at a torn last line of a killed run.
+/// The rows of a JSONL log up to step \p keepUpToStep (< 0: none). A line
+/// that is not a JSON object (torn by a kill or a full disk) is dropped and
+/// reading goes on, so no valid row after it is lost; the caller rewrites
+/// the file without it.
 std::vector<json> readRowsUpTo(const fs::path &file, int64_t keepUpToStep) {
   std::vector<json> rows;
   if (keepUpToStep < 0)
     return rows;
   std::ifstream in(file);
   std::string line;
+  int64_t lineNo = 0;
+  std::vector<int64_t> torn;
   while (std::getline(in, line)) {
+    ++lineNo;
     if (line.empty())
       continue;
     json row = json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (row.is_discarded() || !row.is_object())
-      break;
+    if (row.is_discarded() || !row.is_object()) {
+      torn.push_back(lineNo);
+      continue;
+    }
     if (row.value("step", int64_t(0)) > keepUpToStep)
       break;
     rows.push_back(std::move(row));
+  }
+  if (!torn.empty()) {
+    std::string lines;
+    for (int64_t n : torn)
+      lines += (lines.empty() ? "" : ", ") + std::to_string(n);
+    std::cerr << "cac-run: note: '" << file.string() << "': dropped "
+              << (torn.size() == 1 ? "line " : "lines ") << lines
+              << " (not a JSON row: a write torn by a kill or a full disk); "
+                 "the rows around "
+              << (torn.size() == 1 ? "it" : "them") << " are kept\n";
   }
   return rows;
 }
@@ -144,8 +162,7 @@ void SampleLog::append(const std::vector<json> &rows) {
   std::string text;
   for (const json &row : rows)
     text += jsonLine(row);
-  std::ofstream out(file_, std::ios::app);
-  out << text;
+  appendToFile(file_, text);
 }
 
 void MetricsLog::rewrite() {
@@ -165,16 +182,10 @@ void MetricsLog::append(const json &row) {
   rows_.push_back(row);
   if (dir_.empty())
     return;
-  // Appends are flushed per row; a crash can at most tear the last line,
-  // which the resume path drops.
-  {
-    std::ofstream out(dir_ / "metrics.jsonl", std::ios::app);
-    out << row.dump() << '\n';
-  }
-  {
-    std::ofstream out(dir_ / "metrics.csv", std::ios::app);
-    out << csvLine(row) << '\n';
-  }
+  // One checked write per file and row: a full disk stops the run naming
+  // the file; a crash can at most tear the last line, which --resume drops.
+  appendToFile(dir_ / "metrics.jsonl", row.dump() + '\n');
+  appendToFile(dir_ / "metrics.csv", csvLine(row) + '\n');
 }
 
 //===----------------------------------------------------------------------===//

@@ -8,6 +8,7 @@
 #include <torch/nn/utils/clip_grad.h>
 
 #include <cmath>
+#include <limits>
 
 namespace cac::rt::train {
 
@@ -117,6 +118,12 @@ double optimizerStep(TrainerState &s) {
       if (p.grad().defined())
         sq += p.grad().pow(2).sum().item<double>();
     norm = std::sqrt(sq);
+  }
+  // The norm is of the world's summed gradient: every rank decides alike.
+  if (skipNonFinite(s, "gradient norm", !std::isfinite(norm),
+                    "a non-finite loss, or a gradient too large for float")) {
+    s.models.optimizer->zero_grad();
+    return std::numeric_limits<double>::quiet_NaN();
   }
   s.models.optimizer->step();
   s.models.optimizer->zero_grad();

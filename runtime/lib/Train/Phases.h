@@ -59,7 +59,8 @@ void buildOptimizer(TrainerState &s, bool rl);
 /// the policy's.
 double setLr(TrainerState &s, double factor);
 /// Sums the gradients over the world, clips, steps and zeroes them;
-/// returns the pre-clip norm.
+/// returns the pre-clip norm, or NaN where a non-finite norm skipped the
+/// update (--skip-nonfinite; without it a non-finite norm throws).
 double optimizerStep(TrainerState &s);
 /// Snapshots the reference (where read) and builds the RL optimizer.
 void enterRl(TrainerState &s);
@@ -145,6 +146,27 @@ struct Advantages {
   /// The advantage's moments before whitening (adv_mean, adv_std).
   Moments raw;
 };
+
+//===--- Non-finite values (NonFinite.cpp) --------------------------------===//
+
+/// "step N (RL step K)" of the step being run, for errors.
+std::string describeStep(const TrainerState &s);
+/// Every element of \p t is finite (an undefined or empty tensor is).
+bool allFinite(const at::Tensor &t);
+/// The policy on a non-finite \p what (\p bad on this rank): throws a
+/// TrainError naming the step and \p what (with \p hint), or, with
+/// --skip-nonfinite, returns true on every rank where any rank saw it and
+/// counts the skip.
+bool skipNonFinite(TrainerState &s, const std::string &what, bool bad,
+                   const std::string &hint = "");
+/// skipNonFinite for the elements of \p t, saying NaN or inf.
+bool skipNonFiniteTensor(TrainerState &s, const std::string &what,
+                         const at::Tensor &t, const std::string &hint = "");
+/// The first parameter of \p model that holds a NaN or inf, as "NAME (NaN)";
+/// empty where all are finite (or there is no model).
+std::string firstNonFiniteParameter(TransformerLM &model);
+/// Throws where the policy's or the critic's weights are not finite.
+void checkWeights(TrainerState &s);
 
 /// Sums over the step's minibatch updates (this rank's part of each).
 struct UpdateStats {

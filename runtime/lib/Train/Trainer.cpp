@@ -11,6 +11,8 @@
 
 #include "cac/Runtime/Model/CpuKernels.h"
 #include "cac/Runtime/Model/ModelIO.h"
+#include "cac/Runtime/Support/FileUtil.h"
+#include "cac/Runtime/Support/StopSignals.h"
 #include "cac/Runtime/Train/Distributed.h"
 
 #include <c10/core/impl/DeviceGuardImplInterface.h>
@@ -18,6 +20,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <limits>
 
 namespace fs = std::filesystem;
 using nlohmann::json;
@@ -122,6 +126,16 @@ struct Trainer::Impl : TrainerState {
     m.policy->to(device());
     if (m.critic)
       m.critic->to(device());
+    for (auto [model, spec] :
+         {std::pair<TransformerLM *, const ModelSpec *>{&m.policy, &cfg.model},
+          {&m.critic, &cfg.critic.model}}) {
+      std::string bad = firstNonFiniteParameter(*model);
+      if (!bad.empty()) {
+        diag.error(spec->loc, "the weights of '" + spec->path.string() +
+                                  "' are not finite: " + bad);
+        return false;
+      }
+    }
     sampleGen = makeGenerator(cfg.seed * 1000003ULL + 17);
     shuffleGen = makeGenerator(cfg.seed * 1000003ULL + 29);
     return true;
@@ -170,9 +184,39 @@ struct Trainer::Impl : TrainerState {
 
   // --- one RL step --------------------------------------------------------
 
+  /// The first reward that is not finite as the estimator's 32-bit float
+  /// (a reward program's 1e308), as "VALUE of rollout K"; empty if none.
+  std::string firstNonFiniteReward(const std::vector<Rollout> &rolls) const {
+    for (size_t k = 0; k < rolls.size(); ++k)
+      if (!(std::fabs(rolls[k].reward) <=
+            static_cast<double>(std::numeric_limits<float>::max())))
+        return fmt("%g", rolls[k].reward) + " of rollout " +
+               std::to_string(k + 1) +
+               (world.size() > 1 ? " of worker " + std::to_string(world.rank())
+                                 : "");
+    return {};
+  }
+
+  /// Whether the step's rewards or advantages (of the samples trained) are
+  /// not finite (stops the run, or skips the update with --skip-nonfinite).
+  bool skipUpdate(const Advantages &adv) {
+    // The rewards first: they explain a non-finite advantage.
+    std::string reward = firstNonFiniteReward(adv.rolls);
+    if (skipNonFinite(*this, "reward " + reward + " (as a 32-bit float)",
+                      !reward.empty(),
+                      "rewards must stay within +-3.4e38"))
+      return true;
+    return skipNonFiniteTensor(
+               *this, "advantage", adv.adv,
+               "e.g. a group of equal rewards divided by a zero standard "
+               "deviation (grpo with eps = 0)") ||
+           skipNonFiniteTensor(*this, "return", adv.ret);
+  }
+
   json rlStep(int64_t rlIndex) {
     auto t0 = Clock::now();
     json row = {{"step", step + 1}, {"phase", "rl"}, {"rl_step", rlIndex + 1}};
+    nonFiniteSkips = 0;
     double lr = setLr(*this, scheduleFactor(cfg.schedule, rlIndex, cfg.steps));
 
     auto tg = Clock::now();
@@ -194,8 +238,11 @@ struct Trainer::Impl : TrainerState {
     row["adv_std"] = adv.raw.stdValue();
 
     auto tu = Clock::now();
-    UpdateStats u = update(*this, adv);
+    UpdateStats u = skipUpdate(adv) ? UpdateStats() : update(*this, adv);
+    checkWeights(*this);
     double timeUpd = seconds(tu);
+    if (opts.skipNonFinite)
+      row["nonfinite_skips"] = nonFiniteSkips;
 
     RolloutTotals totals = stepMetrics(*this, row, batch.totals, u, stepKl);
     double dt = seconds(t0);
@@ -224,6 +271,34 @@ struct Trainer::Impl : TrainerState {
            (cfg.checkpointEvery > 0 && step % cfg.checkpointEvery == 0);
   }
 
+  /// After a step: the checkpoint when due, and the stop a signal asked
+  /// for, with a checkpoint of this step (every rank decides alike).
+  void checkpointOrStop() {
+    bool due = dueCheckpoint();
+    if (due)
+      saveCheckpointNow(*this);
+    int local = stopSignal();
+    bool stop = local != 0;
+    if (world.communicator()) {
+      std::vector<double> any{stop ? 1.0 : 0.0};
+      world.sum(any);
+      stop = any[0] > 0;
+    }
+    if (!stop)
+      return;
+    if (!due)
+      saveCheckpointNow(*this);
+    bar->finish();
+    int64_t total = cfg.sft.steps + cfg.steps;
+    throw TrainStopped(
+        std::string("stopped by ") +
+            (local ? stopSignalName(local) : "a signal to another worker") +
+            " after step " + std::to_string(step) + " of " +
+            std::to_string(total) + "; the checkpoint in '" +
+            checkpointDir(*this).string() + "' holds it: --resume continues",
+        local);
+  }
+
   void appendRow(json &row) {
     row["elapsed_s"] = elapsed();
     log->append(row);
@@ -232,6 +307,19 @@ struct Trainer::Impl : TrainerState {
   /// Resumes or starts fresh, and opens the logs; returns the first step.
   int64_t begin() {
     runStart = Clock::now();
+    if (world.writer()) {
+      // What writes killed mid-way left (a checkpoint folder, a file being
+      // replaced) is never read; it only fills the disk.
+      int stale = removeStaleTemporaries(checkpointDir(*this));
+      for (const char *f :
+           {"metrics.jsonl", "metrics.csv", "samples.jsonl", "plot.png"})
+        stale += removeStaleTemporaries(cfg.out / f);
+      if (stale > 0 && opts.verbose)
+        std::fprintf(stderr,
+                     "cac-run: removed %d unfinished write%s of a killed run "
+                     "in '%s'\n",
+                     stale, stale == 1 ? "" : "s", cfg.out.string().c_str());
+    }
     int64_t start = 0;
     if (opts.resume) {
       start = resume(*this);
@@ -300,7 +388,9 @@ struct Trainer::Impl : TrainerState {
   bool runSft() {
     const int64_t S = cfg.sft.steps;
     while (step < S) {
+      nonFiniteSkips = 0;
       json row = sftStep(*this, step);
+      checkWeights(*this);
       ++step;
       ++ranHere;
       appendRow(row);
@@ -315,8 +405,7 @@ struct Trainer::Impl : TrainerState {
         evaluateRlStart();
         enterRl(*this);
       }
-      if (dueCheckpoint())
-        saveCheckpointNow(*this);
+      checkpointOrStop();
     }
     return true;
   }
@@ -352,8 +441,7 @@ struct Trainer::Impl : TrainerState {
         writePlot(log->rows(), cfg.out / "plot.png");
       if (stopNow())
         return false; // as if killed after logging, before the checkpoint
-      if (dueCheckpoint())
-        saveCheckpointNow(*this);
+      checkpointOrStop();
     }
     return true;
   }

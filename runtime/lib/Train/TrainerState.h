@@ -126,6 +126,9 @@ struct TrainerState {
 
   at::Generator sampleGen, shuffleGen;
   int64_t step = 0; // completed steps (SFT and RL together)
+  /// Updates the step being run skipped for a non-finite value
+  /// (--skip-nonfinite; NonFinite.cpp).
+  int64_t nonFiniteSkips = 0;
   double evalStart = std::numeric_limits<double>::quiet_NaN();
   double evalEnd = std::numeric_limits<double>::quiet_NaN();
   /// The fraction of the last evaluation's greedy answers written in steps

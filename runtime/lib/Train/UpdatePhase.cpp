@@ -11,6 +11,7 @@
 
 #include "cac/Runtime/Train/Objective.h"
 
+#include <cmath>
 #include <map>
 
 namespace cac::rt::train {
@@ -100,7 +101,9 @@ public:
         pd(padRollouts(mb.rows, s.task.padId, s.device())),
         ti(s.onDevice(mb.tokIdx, at::kLong)) {}
 
-  /// Forward and backward; adds its terms to \p u.
+  /// Forward and backward; adds its terms to \p u. A non-finite loss or
+  /// gradient stops the run, or skips this update (--skip-nonfinite) and
+  /// adds nothing.
   void run(UpdateStats &u) {
     const TrainConfig &cfg = s.cfg;
     ModelSet &m = s.models;
@@ -112,27 +115,36 @@ public:
     adv = a.adv.index_select(0, ti);
     at::Tensor pg = s.est.objective ? compiledPolicyLoss() : policyLoss();
     at::Tensor loss = pg;
+    double kl = 0, valueLoss = 0;
     if (cfg.kl.kind != KlSpec::Kind::None && cfg.kl.coef > 0 &&
         !cfg.kl.inReward) {
-      at::Tensor kl = agg(
+      at::Tensor klTerm = agg(
           klEstimate(logp, a.scores.refLogp.index_select(0, ti), cfg.kl.kind));
-      loss = loss + cfg.kl.coef * kl;
-      u.kl += kl.item<double>();
+      loss = loss + cfg.kl.coef * klTerm;
+      kl = klTerm.item<double>();
     } else if (m.needReference) {
-      u.kl +=
-          agg(klEstimate(logp.detach(), a.scores.refLogp.index_select(0, ti),
-                         KlSpec::Kind::K3))
-              .item<double>();
+      kl = agg(klEstimate(logp.detach(), a.scores.refLogp.index_select(0, ti),
+                          KlSpec::Kind::K3))
+               .item<double>();
     }
     if (cfg.critic.kind != CriticSpec::Kind::None) {
       at::Tensor vl = criticLoss(h);
       loss = loss + cfg.critic.coef * vl;
-      u.valueLoss += vl.item<double>();
+      valueLoss = vl.item<double>();
     }
+    double lossValue = loss.item<double>();
+    if (skipNonFinite(s, "loss", !std::isfinite(lossValue)))
+      return;
     loss.backward();
-    u.gradNorm += optimizerStep(s);
+    double gradNorm = optimizerStep(s);
+    if (std::isnan(gradNorm)) // skipped
+      return;
+    ++u.updates;
+    u.kl += kl;
+    u.valueLoss += valueLoss;
+    u.gradNorm += gradNorm;
     u.pgLoss += pg.item<double>();
-    u.loss += loss.item<double>();
+    u.loss += lossValue;
     torch::NoGradGuard ng;
     at::Tensor clipped = objClipped.defined()
                              ? objClipped.to(at::kFloat)
@@ -294,12 +306,18 @@ UpdateStats update(TrainerState &s, const Advantages &a) {
           std::vector<double> none{0.0};
           s.world.sum(none);
         }
-        u.gradNorm += optimizerStep(s);
-        ++u.updates;
+        // The others' loss decides a skip (--skip-nonfinite) with this
+        // rank taking part.
+        if (skipNonFinite(s, "loss", false))
+          continue;
+        double gradNorm = optimizerStep(s);
+        if (!std::isnan(gradNorm)) {
+          u.gradNorm += gradNorm;
+          ++u.updates;
+        }
         continue;
       }
       MinibatchLoss(s, a, objIn, mb).run(u);
-      ++u.updates;
     }
   }
   return u;

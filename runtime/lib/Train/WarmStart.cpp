@@ -4,6 +4,9 @@
 
 #include "cac/Runtime/Train/Objective.h"
 
+#include <cmath>
+#include <limits>
+
 namespace cac::rt::train {
 
 nlohmann::json sftStep(TrainerState &s, int64_t sftIndex) {
@@ -42,12 +45,19 @@ nlohmann::json sftStep(TrainerState &s, int64_t sftIndex) {
     part[0] = loss.item<double>();
   }
   s.world.sum(part);
-  double norm = optimizerStep(s);
+  double norm = std::numeric_limits<double>::quiet_NaN();
+  if (skipNonFinite(s, "loss", !std::isfinite(part[0])))
+    s.models.optimizer->zero_grad();
+  else
+    norm = optimizerStep(s);
   double dt = seconds(t0);
-  return {{"step", s.step + 1}, {"phase", "sft"},
-          {"loss", part[0]},    {"grad_norm", norm},
-          {"lr", lr},           {"tokens_per_s", numTokens / dt},
-          {"time_step_s", dt}};
+  nlohmann::json row = {{"step", s.step + 1}, {"phase", "sft"},
+                        {"loss", part[0]},    {"grad_norm", norm},
+                        {"lr", lr},           {"tokens_per_s", numTokens / dt},
+                        {"time_step_s", dt}};
+  if (s.opts.skipNonFinite)
+    row["nonfinite_skips"] = s.nonFiniteSkips;
+  return row;
 }
 
 } // namespace cac::rt::train

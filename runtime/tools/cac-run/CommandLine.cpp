@@ -21,6 +21,9 @@ const char *kUsage =
     "usage: cac-run TRAIN.cac [options]\n"
     "\n"
     "Trains a policy as the training file says (docs/training.md).\n"
+    "SIGINT, SIGTERM or SIGHUP stops it after the current step with a\n"
+    "checkpoint (exit status 128 + the signal; --resume continues); a\n"
+    "second one stops it at once (docs/reliability.md).\n"
     "\n"
     "options (each overrides the training file):\n"
     "  --steps N        RL steps\n"
@@ -38,6 +41,9 @@ const char *kUsage =
     "  --compiler PATH  the `cac` compiler for .cac estimators (default:\n"
     "                   $CAC_COMPILER, else `cac` beside cac-run, else PATH)\n"
     "  --no-progress    no progress bar\n"
+    "  --skip-nonfinite a NaN or inf advantage, loss or gradient skips the\n"
+    "                   update it would feed (counted as nonfinite_skips)\n"
+    "                   instead of stopping the run (docs/reliability.md)\n"
     "  --check          check the training file and the estimator, then exit\n"
     "data parallelism (docs/training.md):\n"
     "  --workers N      N CPU worker processes per node (c10d Gloo)\n"
@@ -181,6 +187,8 @@ std::optional<int> parseCommandLine(const std::vector<std::string> &args,
       cl.opts.resume = true;
     } else if (a == "--no-progress") {
       cl.opts.progress = false;
+    } else if (a == "--skip-nonfinite") {
+      cl.opts.skipNonFinite = true;
     } else if (a == "--check") {
       cl.check = true;
     } else if (a == "--device") {

@@ -2,6 +2,7 @@
 
 #include "CacRun.h"
 
+#include "cac/Runtime/Support/StopSignals.h"
 #include "cac/Runtime/Train/Distributed.h"
 
 #include <iostream>
@@ -58,6 +59,12 @@ int launch(const CommandLine &cl, const TrainConfig &cfg) {
   plan.argv.insert(plan.argv.end(), cl.workerArgs.begin(), cl.workerArgs.end());
   plan.argv.push_back("--worker");
   plan.argv.push_back(cl.gpus ? "nccl" : "gloo");
+  // The launcher passes a stop signal on to its workers and kills them at
+  // a second one (launchWorkers).
+  StopHandlerOptions stop;
+  stop.restartCalls = false;
+  stop.secondStopsAtOnce = false;
+  installStopHandlers(stop);
   return launchWorkers(plan);
 }
 

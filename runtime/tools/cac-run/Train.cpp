@@ -4,6 +4,7 @@
 
 #include "cac/Runtime/Train/Distributed.h"
 
+#include <csignal>
 #include <cstdlib>
 #include <iostream>
 
@@ -65,6 +66,12 @@ int train(const CommandLine &cl, const TrainConfig &cfg,
       return 0;
     }
     trainer.run();
+  } catch (const TrainStopped &e) {
+    // Every rank stops at the same step; rank 0 says so.
+    if (!comm || comm->rank() == 0)
+      std::cerr << "cac-run: " << e.what() << " (cac-run " << cl.file
+                << " --resume ...)\n";
+    return 128 + (e.signal() ? e.signal() : SIGTERM);
   } catch (const std::exception &e) {
     std::cerr << "cac-run: error: "
               << (comm ? "worker " + std::to_string(comm->rank()) + ": " : "")

@@ -3,19 +3,22 @@
 //   cac-run TRAIN.cac [--steps N] [--sft-steps N] [--eval-every N]
 //                     [--seed N] [--out DIR] [--threads N] [--resume]
 //                     [--compiler PATH] [--no-progress] [--check]
+//                     [--skip-nonfinite]
 //                     [--device cpu|cuda|cuda:N]
 //                     [--workers N | --gpus N] [--nnodes N] [--node-rank K]
 //                     [--master-addr HOST] [--master-port P]
 //   cac-run TRAIN.cac ... --worker gloo|nccl     (one rank; torchrun's env)
 //
 // Exit status: 0 on success, 1 on a diagnostic or a run error, 2 on a bad
-// command line. See docs/training.md. The actions: Launch.cpp (the
+// command line, 128 + N after a stop signal N (a checkpoint written). See docs/training.md. The actions: Launch.cpp (the
 // launcher of --workers / --gpus) and Train.cpp (one process, one worker
 // rank, --check).
 //
 //===----------------------------------------------------------------------===//
 
 #include "CacRun.h"
+
+#include "cac/Runtime/Support/StopSignals.h"
 
 #include <fstream>
 #include <iostream>
@@ -54,5 +57,10 @@ int main(int argc, char **argv) {
   cl.opts.compiler = cl.compiler ? *cl.compiler : findCompiler();
   if (cl.launches())
     return launch(cl, *cfg);
+  // The first stop signal ends the run after its step; a worker's launcher
+  // forwards its own, which must not count as a second one.
+  cac::rt::StopHandlerOptions stop;
+  stop.parentForwards = cl.workerBackend.has_value();
+  cac::rt::installStopHandlers(stop);
   return train(cl, *cfg, diag);
 }

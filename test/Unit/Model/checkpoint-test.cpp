@@ -9,6 +9,10 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include <cstdlib>
+#include <set>
+#include <sys/stat.h>
+
 namespace fs = std::filesystem;
 using nlohmann::json;
 using namespace cac::rt;
@@ -258,15 +262,15 @@ TEST(Checkpoint, TruncatedOrDamagedCheckpointsAreRejected) {
            writeFile(ckpt / "checkpoint.json", j.dump());
          },
          {"outside the checkpoint"});
-  // Same size, different bytes: the safetensors reader still catches a
-  // corrupted header.
+  // Same size, different bytes (a corrupted header): the checksum catches
+  // it before the safetensors reader sees it.
   damage("rng.safetensors",
          [&] {
            std::string s = readFile(ckpt / "rng.safetensors");
            s[8] = '[';
            writeFile(ckpt / "rng.safetensors", s);
          },
-         {"rng.safetensors", "not valid JSON"});
+         {"file 'rng.safetensors' is corrupted", "checksum"});
 
   fs::remove(ckpt / "checkpoint.json");
   EXPECT_ERROR(reload, {ckpt.string(), "no checkpoint.json"});
@@ -325,6 +329,13 @@ TEST(FileUtil, AtomicWrites) {
   EXPECT_EQ(readFileToString(f), "two") << "a failed write kept the old file";
   EXPECT_FALSE(fs::exists(dir / "a.txt.tmp"));
   EXPECT_ERROR([&] { readFileToString(dir / "none"); }, {"none", "cannot open"});
+  // A device or a FIFO (a config.json, a tokenizer.json) is not read.
+  EXPECT_ERROR([&] { readFileToString("/dev/zero"); },
+               {"/dev/zero", "not a regular file"});
+  ASSERT_EQ(mkfifo((dir / "fifo").c_str(), 0600), 0);
+  EXPECT_ERROR([&] { readFileToString(dir / "fifo"); },
+               {"fifo", "not a regular file"});
+  fs::remove(dir / "fifo");
   EXPECT_ERROR([&] { writeFileAtomic(dir / "no" / "such" / "dir", "x"); },
                {"cannot create"});
   {
@@ -335,4 +346,79 @@ TEST(FileUtil, AtomicWrites) {
   EXPECT_FALSE(fs::exists(dir / "folder"));
   for (const auto &e : fs::directory_iterator(dir.path()))
     EXPECT_EQ(e.path().filename().string(), "a.txt");
+}
+
+// A same-size corruption (a flipped byte in the tensor data, which no header
+// check sees) of the weights, the optimizer or the RNG state is caught by
+// the checksums, naming the file.
+TEST(Checkpoint, SameSizeCorruptionIsCaughtByTheChecksums) {
+  TempDir dir;
+  Trainer a(1000);
+  a.train();
+  fs::path ckpt = dir / "ckpt";
+  saveCheckpoint(ckpt, a.state(3));
+  json meta = json::parse(readFile(ckpt / "checkpoint.json"));
+  ASSERT_TRUE(meta.contains("checksums"));
+  for (const char *rel : {"policy/model.safetensors", "critic/model.safetensors",
+                          "optimizer.safetensors", "rng.safetensors"}) {
+    SCOPED_TRACE(rel);
+    std::string saved = readFile(ckpt / rel);
+    std::string bad = saved;
+    bad[bad.size() - 3] ^= 0x01; // the last tensor's data, not the header
+    writeFile(ckpt / rel, bad);
+    Trainer b(1100);
+    CheckpointState st = b.state();
+    EXPECT_ERROR([&] { loadCheckpoint(ckpt, st); },
+                 {ckpt.string(), std::string("file '") + rel + "' is corrupted",
+                  "checksum"});
+    writeFile(ckpt / rel, saved);
+    loadCheckpoint(ckpt, st);
+    expectSameParameters(a.policy, b.policy);
+  }
+}
+
+TEST(FileUtil, Crc32cKnownAnswers) {
+  // RFC 3720's check value, and the same through the bytewise tail.
+  EXPECT_EQ(crc32c("123456789", 9), 0xe3069283u);
+  EXPECT_EQ(crc32c("", 0), 0u);
+  std::string big(1000, 'x');
+  uint32_t whole = crc32c(big.data(), big.size());
+  EXPECT_EQ(crc32c(big.data() + 7, big.size() - 7, crc32c(big.data(), 7)),
+            whole);
+  TempDir dir;
+  writeFile(dir / "f", "123456789");
+  EXPECT_EQ(fileCrc32c(dir / "f"), "e3069283");
+}
+
+// The full-disk test hook fails writes to matching paths once the budget is
+// spent, naming the file; checked appends report it too.
+TEST(FileUtil, InjectedFullDiskNamesTheFile) {
+  TempDir dir;
+  setenv("CAC_TEST_ENOSPC", "victim:10", 1);
+  appendToFile(dir / "other.txt", std::string(100, 'a'));
+  appendToFile(dir / "victim.txt", "0123456789");
+  EXPECT_ERROR([&] { appendToFile(dir / "victim.txt", "x"); },
+               {"victim.txt", "No space left on device"});
+  EXPECT_ERROR([&] { writeFileAtomic(dir / "victim2", "y"); },
+               {"victim2", "No space left on device"});
+  EXPECT_FALSE(fs::exists(dir / "victim2"));
+  unsetenv("CAC_TEST_ENOSPC");
+  appendToFile(dir / "victim.txt", "x");
+  EXPECT_EQ(readFile(dir / "victim.txt"), "0123456789x");
+}
+
+TEST(FileUtil, StaleTemporariesAreRemoved) {
+  TempDir dir;
+  fs::create_directories(dir / "checkpoint");
+  fs::create_directories(dir / "checkpoint.tmp-Ab3dEf" / "policy");
+  writeFile(dir / "checkpoint.tmp-Ab3dEf" / "policy" / "x", "partial");
+  fs::create_directories(dir / "checkpoint.tmp-Zz9yYx.old");
+  writeFile(dir / "metrics.jsonl.tmp", "junk");
+  writeFile(dir / "checkpoints-other", "not ours");
+  EXPECT_EQ(removeStaleTemporaries(dir / "checkpoint"), 2);
+  EXPECT_EQ(removeStaleTemporaries(dir / "metrics.jsonl"), 1);
+  std::set<std::string> left;
+  for (const auto &e : fs::directory_iterator(dir.path()))
+    left.insert(e.path().filename().string());
+  EXPECT_EQ(left, (std::set<std::string>{"checkpoint", "checkpoints-other"}));
 }

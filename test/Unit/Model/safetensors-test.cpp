@@ -6,6 +6,7 @@
 #include "cac/Runtime/Model/Safetensors.h"
 
 #include <nlohmann/json.hpp>
+#include <sys/stat.h>
 
 namespace fs = std::filesystem;
 using namespace cac::rt;
@@ -267,4 +268,10 @@ TEST(Safetensors, MissingFile) {
                {"none.safetensors", "cannot open"});
   EXPECT_ERROR([&] { SafetensorsReader r(dir.path()); },
                {"not a regular file"});
+  // A FIFO is refused at once, not waited on for a writer.
+  ASSERT_EQ(mkfifo((dir / "fifo.safetensors").c_str(), 0600), 0);
+  EXPECT_ERROR([&] { SafetensorsReader r(dir / "fifo.safetensors"); },
+               {"fifo.safetensors", "not a regular file"});
+  EXPECT_ERROR([&] { SafetensorsReader r("/dev/zero"); },
+               {"/dev/zero", "not a regular file"});
 }

@@ -12,7 +12,10 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <csignal>
 #include <fstream>
+#include <sstream>
+#include <sys/wait.h>
 #include <unistd.h>
 
 using namespace cac::rt;
@@ -92,7 +95,9 @@ TEST_F(RewardCommandTest, AProgramThatExitsIsReported) {
   EXPECT_NE(e.find("it exited with status 3"), std::string::npos) << e;
   // Exits after reading the request, before answering.
   e = firstError("read -r l; exit 0");
-  EXPECT_NE(e.find("no answer to completion 1"), std::string::npos) << e;
+  EXPECT_NE(e.find("no answer to completion 1 (problem 'arith/1+1=')"),
+            std::string::npos)
+      << e;
   // A program that cannot be found: the shell's status 127.
   e = firstError("./no-such-scorer");
   EXPECT_NE(e.find("status 127"), std::string::npos) << e;
@@ -142,4 +147,104 @@ TEST_F(RewardCommandTest, AFolderThatDoesNotExistIsReported) {
               std::string::npos)
         << e.what();
   }
+}
+
+// Exactly one line per completion: a second line is not taken as the next
+// completion's reward.
+TEST_F(RewardCommandTest, ExtraLinesAreAnErrorNamingTheCompletion) {
+  // Both lines in one write: seen with the first answer.
+  std::string e = firstError("read -r l; printf '1\\n2\\n'; cat >/dev/null");
+  EXPECT_NE(e.find("wrote more than one line for completion 1 (problem "
+                   "'arith/1+1='): after its answer '1' came '2\\x0a'"),
+            std::string::npos)
+      << e;
+  // The extra line comes after the answer was read (the test says when, by
+  // a file): seen before the next completion is sent. The program says when
+  // it wrote it (a file), so the test does not wait for time.
+  RewardCommand r("read -r l; echo 1; until [ -e go ]; do sleep 0.01; done; "
+                  "echo 2; touch wrote; cat >/dev/null",
+                  dir_, 10.0);
+  EXPECT_EQ(r.score("p", "c", "a", "first"), 1.0);
+  std::ofstream(dir_ / "go") << "";
+  for (int i = 0; i < 100000 && !fs::exists(dir_ / "wrote"); ++i)
+    usleep(1000);
+  ASSERT_TRUE(fs::exists(dir_ / "wrote"));
+  try {
+    r.score("p", "c", "a", "second");
+    ADD_FAILURE() << "the extra line was taken as a reward";
+  } catch (const std::exception &ex) {
+    EXPECT_NE(std::string(ex.what()).find(
+                  "wrote more than one line for completion 1 (problem "
+                  "'first'): after its answer came '2\\x0a'"),
+              std::string::npos)
+        << ex.what();
+  }
+}
+
+TEST_F(RewardCommandTest, NulBytesInAnAnswerAreShown) {
+  std::string e = firstError("read -r l; printf '1\\0002\\n'");
+  EXPECT_NE(e.find("answered '1\\x002' to completion 1 (problem "
+                   "'arith/1+1=') (it holds NUL bytes)"),
+            std::string::npos)
+      << e;
+}
+
+namespace {
+/// The process \p pid has ended (gone, or a zombie nobody reaped yet).
+bool ended(pid_t pid) {
+  if (kill(pid, 0) != 0)
+    return true;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)),
+                   std::istreambuf_iterator<char>());
+  size_t paren = text.rfind(')');
+  return paren == std::string::npos || text.size() < paren + 3 ||
+         text[paren + 2] == 'Z' || text[paren + 2] == 'X';
+}
+} // namespace
+
+// A reward program dies with the process that runs it, even one killed by
+// SIGKILL (which runs no destructor), and a program that does not read its
+// input (which EOF would not end).
+TEST_F(RewardCommandTest, TheProgramDiesWithItsParent) {
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    RewardCommand r("echo $$ > pid.tmp && mv pid.tmp pid; exec sleep 1000",
+                    dir_, 10.0);
+    pause();
+    _exit(0);
+  }
+  for (int i = 0; i < 100000 && !fs::exists(dir_ / "pid"); ++i)
+    usleep(1000);
+  ASSERT_TRUE(fs::exists(dir_ / "pid"));
+  pid_t program = 0;
+  std::ifstream(dir_ / "pid") >> program;
+  ASSERT_GT(program, 0);
+  EXPECT_FALSE(ended(program));
+  kill(child, SIGKILL);
+  int status;
+  waitpid(child, &status, 0);
+  // The kernel delivers the parent-death signal as the parent exits; the
+  // bound only keeps a regression from hanging the suite.
+  for (int i = 0; i < 20000 && !ended(program); ++i)
+    usleep(1000);
+  EXPECT_TRUE(ended(program)) << "reward program " << program << " outlived "
+                              << "its parent";
+  if (!ended(program))
+    kill(program, SIGKILL);
+}
+
+// A scheduler's SIGTERM to every process of the job does not end the
+// program: cac-run still needs it to finish its step.
+TEST_F(RewardCommandTest, TheProgramIgnoresStopSignals) {
+  RewardCommand r("echo $$ > pid; while read -r l; do echo 0.5; done", dir_,
+                  10.0);
+  EXPECT_EQ(r.score("p", "c", "a", "i"), 0.5);
+  pid_t program = 0;
+  std::ifstream(dir_ / "pid") >> program;
+  ASSERT_GT(program, 0);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP})
+    kill(program, sig);
+  EXPECT_EQ(r.score("p", "c", "a", "i"), 0.5);
 }

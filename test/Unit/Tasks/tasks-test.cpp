@@ -6,6 +6,7 @@
 #include "cac/Runtime/Model/Tokenizer.h"
 
 #include <set>
+#include <sys/stat.h>
 
 namespace fs = std::filesystem;
 using namespace cac::rt;
@@ -319,4 +320,21 @@ TEST(Jsonl, MalformedLinesNameFileAndLine) {
                {file.string(), "no problems"});
   EXPECT_ERROR([&] { loadJsonl(dir / "absent.jsonl", JsonlKeys{}); },
                {"cannot open the dataset", "absent.jsonl"});
+}
+
+// A device or a FIFO given as a dataset is refused up front: /dev/zero would
+// be read forever (one endless line), and opening a FIFO waits for a writer.
+TEST(Jsonl, DevicesAndFifosAreRefusedUpFront) {
+  TempDir dir;
+  fs::path fifo = dir / "data.jsonl";
+  ASSERT_EQ(mkfifo(fifo.c_str(), 0600), 0);
+  for (const fs::path &p : {fs::path("/dev/zero"), fifo}) {
+    SCOPED_TRACE(p.string());
+    EXPECT_ERROR([&] { loadJsonl(p, JsonlKeys{}); },
+                 {"cannot read the dataset '" + p.string() + "'",
+                  "not a regular file"});
+    EXPECT_ERROR([&] { loadGsm8k(p); },
+                 {"cannot read GSM8K file '" + p.string() + "'",
+                  "not a regular file"});
+  }
 }

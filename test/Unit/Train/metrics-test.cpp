@@ -118,6 +118,44 @@ TEST(Metrics, LogsJsonlAndCsvAndResumeDropsLaterRows) {
   fs::remove_all(d);
 }
 
+// A line torn by a kill or a full disk is repaired (dropped), not taken as
+// the end of the file: the valid rows after it are kept, in both files.
+TEST(Metrics, ATornLineInTheMiddleLosesNoValidRow) {
+  fs::path d = tempDir("torn");
+  {
+    std::ofstream out(d / "metrics.jsonl");
+    out << "{\"step\": 1, \"phase\": \"sft\", \"loss\": 2.5}\n"
+        << "{\"step\": 2, \"pha\n"
+        << "{\"step\": 2, \"phase\": \"sft\", \"loss\": 2.0}\n"
+        << "{\"step\": 3, \"phase\": \"sft\", \"loss\": 1.5}\n";
+  }
+  {
+    testing::internal::CaptureStderr();
+    MetricsLog log(d, 3);
+    std::string err = testing::internal::GetCapturedStderr();
+    ASSERT_EQ(log.rows().size(), 3u);
+    EXPECT_EQ(log.rows()[2]["loss"], 1.5);
+    EXPECT_NE(err.find("dropped line 2 (not a JSON row"), std::string::npos)
+        << err;
+  }
+  std::string jsonl = readAll(d / "metrics.jsonl");
+  EXPECT_EQ(std::count(jsonl.begin(), jsonl.end(), '\n'), 3) << jsonl;
+  EXPECT_EQ(jsonl.find("\"pha\n"), std::string::npos) << jsonl;
+  std::string csv = readAll(d / "metrics.csv");
+  EXPECT_EQ(std::count(csv.begin(), csv.end(), '\n'), 4) << csv;
+  // samples.jsonl alike.
+  {
+    std::ofstream out(d / "samples.jsonl");
+    out << "{\"step\": 1, \"text\": \"a\"}\n{\"st\n{\"step\": 2, \"text\": \"b\"}\n";
+  }
+  testing::internal::CaptureStderr();
+  SampleLog samples(d / "samples.jsonl", 2);
+  testing::internal::GetCapturedStderr();
+  std::string text = readAll(d / "samples.jsonl");
+  EXPECT_EQ(text, "{\"step\":1,\"text\":\"a\"}\n{\"step\":2,\"text\":\"b\"}\n");
+  fs::remove_all(d);
+}
+
 TEST(Metrics, PlotIsAPng) {
   fs::path d = tempDir("plot");
   std::vector<json> rows;

@@ -11,8 +11,10 @@
 //
 // It is written into `DIR.tmp-XXXXXX` (every file fsync'ed) and renamed to
 // DIR in one step (replacing an older DIR by an atomic exchange), so a crash
-// never leaves a half-written checkpoint visible. Loading validates the
-// folder and reports exactly what does not match.
+// never leaves a half-written checkpoint visible. checkpoint.json records
+// every file's size and CRC-32C; loading checks both (a truncated or a
+// same-size corrupted file is named) and reports exactly what does not
+// match.
 //
 //===----------------------------------------------------------------------===//
 
@@ -86,7 +88,8 @@ CheckpointInfo readCheckpointInfo(const std::filesystem::path &dir);
 std::optional<std::filesystem::path>
 latestCheckpoint(const std::filesystem::path &root);
 
-/// Restores \p state from \p dir: every model named in \p state must be in
+/// Restores \p state from \p dir after checking every file's checksum: every
+/// model named in \p state must be in
 /// the checkpoint with the same config and parameter shapes; the optimizer's
 /// groups must hold the same parameters; each named generator must be saved.
 /// Errors throw std::runtime_error naming the checkpoint and what differs.

@@ -62,7 +62,38 @@ void writeFileAtomic(const std::filesystem::path &path,
 /// fsyncs a directory so that renames and creations inside it are durable.
 void fsyncDirectory(const std::filesystem::path &dir);
 
-/// Reads a whole file; throws std::runtime_error naming the file on failure.
+/// Appends \p text to \p path (created if missing) in one write, checked:
+/// a failure (a full disk) throws std::runtime_error naming the file. Not
+/// fsync'ed: a crash may lose or tear the last lines, which readers repair.
+void appendToFile(const std::filesystem::path &path, std::string_view text);
+
+/// Removes what killed writes of \p finalPath left beside it: the folders
+/// `FINAL.tmp-XXXXXX` of AtomicDirectory (and their `.old` twins) and the
+/// file `FINAL.tmp` of writeFileAtomic. Returns how many it removed.
+int removeStaleTemporaries(const std::filesystem::path &finalPath);
+
+/// The CRC-32C (Castagnoli) of \p size bytes, continuing \p crc.
+uint32_t crc32c(const void *data, size_t size, uint32_t crc = 0);
+
+/// The CRC-32C of a whole file, as 8 hex digits; throws std::runtime_error
+/// naming the file when it cannot be read.
+std::string fileCrc32c(const std::filesystem::path &path);
+
+/// The test hook of a full disk: with CAC_TEST_ENOSPC=TEXT:N in the
+/// environment, a write to a file whose path contains TEXT fails with
+/// ENOSPC once N bytes have been written to such files by this process
+/// (N = 0: at once; a new value of the variable starts a new count). Every
+/// write of FileWriter and appendToFile passes here (docs/reliability.md).
+bool injectedWriteFailure(const std::filesystem::path &path, size_t size);
+
+/// Throws std::runtime_error naming \p what and \p path unless \p path is a
+/// regular file: a device (/dev/zero), a FIFO or a socket could be read
+/// forever, and opening a FIFO waits for a writer.
+void requireRegularFile(const std::filesystem::path &path,
+                        const std::string &what);
+
+/// Reads a whole regular file (requireRegularFile); throws
+/// std::runtime_error naming the file on failure.
 std::string readFileToString(const std::filesystem::path &path);
 
 /// A folder that becomes visible under its final name all at once.

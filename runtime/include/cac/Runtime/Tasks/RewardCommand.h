@@ -7,9 +7,12 @@
 //
 //   {"prompt": "..", "completion": "..", "answer": "..", "id": ".."}
 //
-// and writes one line on its standard output: the reward, a finite number
-// (the line must be flushed). Its standard error is the run's. The program
-// gets EOF on its input when the run ends.
+// and writes exactly one line on its standard output: the reward, a finite
+// number (the line must be flushed). A missing line (a timeout, an exit) or
+// an extra one is an error naming the completion. Its standard error is the
+// run's. The program gets EOF on its input when the run ends, and is killed
+// if cac-run dies; it ignores SIGINT, SIGTERM and SIGHUP, which are
+// cac-run's to act on (docs/reliability.md).
 //
 //===----------------------------------------------------------------------===//
 
@@ -48,7 +51,11 @@ public:
   uint64_t scored() const { return scored_; }
 
 private:
-  std::string readLine();
+  /// The next line of the program's answers; \p which names the completion
+  /// it answers in errors.
+  std::string readLine(const std::string &which);
+  /// Fails if the program wrote more after its last answer.
+  void checkNoStrayOutput();
   [[noreturn]] void fail(const std::string &what);
   std::string exitStatus();
 
@@ -57,6 +64,7 @@ private:
   pid_t pid_ = -1;
   int toChild_ = -1, fromChild_ = -1;
   std::string pending_; // read past the last answer's line
+  std::string lastWhich_; // the last completion sent, for errors
   uint64_t scored_ = 0;
   bool failed_ = false;
 };

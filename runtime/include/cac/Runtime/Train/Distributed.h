@@ -120,7 +120,9 @@ struct LaunchPlan {
 /// get SIGTERM (then SIGKILL after 5 s) and a message naming the failed rank
 /// goes to stderr. Returns 0 when every worker succeeded, else the first
 /// failure's exit status (128 + signal for a signal; 127 if a worker could
-/// not be started).
+/// not be started). A stop request of this process (StopSignals.h) is
+/// forwarded to every worker once (each finishes its step and checkpoints;
+/// 128 + the signal is returned then); a second one kills them.
 int launchWorkers(const LaunchPlan &plan);
 
 } // namespace cac::rt::train

@@ -34,13 +34,15 @@ public:
   /// Opens \p dir's metrics. With \p keepUpToStep >= 0 (a resumed run) the
   /// rows already there with step <= keepUpToStep are kept and the rest
   /// dropped (a killed run may have logged steps after its last
-  /// checkpoint); otherwise the files start empty.
+  /// checkpoint); a torn line is dropped (with a note on stderr) and the
+  /// rows after it kept; otherwise the files start empty.
   MetricsLog(std::filesystem::path dir, int64_t keepUpToStep);
   /// Rows kept in memory only (the workers of a data-parallel run other
   /// than rank 0, which writes the files).
   MetricsLog() = default;
 
-  /// Appends a row (flushed to both files at once).
+  /// Appends a row (written to both files at once); a failed write (a full
+  /// disk) throws std::runtime_error naming the file.
   void append(const nlohmann::json &row);
   const std::vector<nlohmann::json> &rows() const { return rows_; }
 

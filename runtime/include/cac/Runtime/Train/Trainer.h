@@ -47,6 +47,19 @@ public:
   using std::runtime_error::runtime_error;
 };
 
+/// The run stopped at a stop signal after a step, with a checkpoint of that
+/// step written (docs/reliability.md).
+class TrainStopped : public TrainError {
+public:
+  TrainStopped(const std::string &message, int signal)
+      : TrainError(message), signal_(signal) {}
+  /// The signal this process received (0: another worker's).
+  int signal() const { return signal_; }
+
+private:
+  int signal_;
+};
+
 struct TrainerOptions {
   /// Continue from OUT/checkpoint.
   bool resume = false;
@@ -59,6 +72,10 @@ struct TrainerOptions {
   int64_t stopAfterSteps = -1;
   /// Print one summary line per phase to stderr.
   bool verbose = true;
+  /// A non-finite advantage, loss or gradient skips the update it would
+  /// feed (counted in the metrics as nonfinite_skips) instead of stopping
+  /// the run (cac-run --skip-nonfinite).
+  bool skipNonFinite = false;
   /// The process group of a data-parallel run (not owned; null: this
   /// process trains alone). Every rank runs the same configuration; rank 0
   /// alone writes metrics, plots, checkpoints and the final model.

@@ -1,0 +1,454 @@
+//===- reliability-test.cpp - Nothing lost, nothing silent ----------------===//
+//
+// The guarantees of docs/reliability.md on short runs of a very small model:
+// a stop signal ends the run after its step with a checkpoint, and --resume
+// gives the metrics and weights of an uninterrupted run (in process, and
+// through cac-run with real signals, one process and two workers); a
+// non-finite advantage or reward stops the run naming the step (or is
+// skipped and counted); a full disk (the CAC_TEST_ENOSPC hook) stops the run
+// naming the file and keeps the last checkpoint. Needs the stdlib bundles;
+// skips without them.
+//
+//===----------------------------------------------------------------------===//
+
+#include "cac/Runtime/Model/Checkpoint.h"
+#include "cac/Runtime/Model/ModelIO.h"
+#include "cac/Runtime/Support/StopSignals.h"
+#include "cac/Runtime/Train/Trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <sys/wait.h>
+#include <unistd.h>
+
+using namespace cac::rt;
+using namespace cac::rt::train;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string bundlesDir() { return CAC_TEST_TRAIN_BUNDLES; }
+
+/// A reward program that pays the prompt line's length mod 2 (so that
+/// groups differ) and, at its 30th completion, unless `ready` exists in its
+/// folder, creates `ready` and waits until `go` exists: a test signals the
+/// run while a step is surely in progress, then lets it go on.
+const char *kPausingReward =
+    "n=0; while read -r l; do n=$((n+1)); "
+    "if [ $n -eq 30 ] && [ ! -e ready ]; then touch ready; "
+    "while [ ! -e go ]; do sleep 0.01; done; fi; "
+    "echo $(( ${#l} % 2 )); done";
+
+class ReliabilityTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    if (bundlesDir().empty() ||
+        !fs::exists(fs::path(bundlesDir()) / "grpo" / "manifest.json"))
+      GTEST_SKIP() << "no compiled stdlib bundles";
+    dir_ = fs::temp_directory_path() /
+           ("cac-reliability-test-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+    setStopSignal(0);
+  }
+  void TearDown() override {
+    setStopSignal(0);
+    unsetenv("CAC_TEST_ENOSPC");
+    if (!dir_.empty())
+      fs::remove_all(dir_);
+  }
+
+  /// 2 SFT + 3 RL steps of 3 prompts x 4 rollouts of the stdlib bundle
+  /// \p method (with \p params, e.g. ", eps = 0"); \p extra adds keys.
+  std::string source(const std::string &method = "grpo",
+                     const std::string &params = "",
+                     const std::string &extra = "", int rlSteps = 3) const {
+    std::string est = "bundle(\"" +
+                      (fs::path(bundlesDir()) / method).string() + "\"" +
+                      params + ")";
+    return "train tiny {\n"
+           "  model = builtin(\"custom\", hidden = 16, layers = 1, heads = 2, "
+           "kv_heads = 1, ffn = 32, max_positions = 32)\n"
+           "  task = arith(min_level = 1, max_level = 1)\n"
+           "  estimator = " +
+           est +
+           "\n"
+           "  critic = none\n"
+           "  rollout = group(n = 4, max_tokens = 4)\n"
+           "  prompts = 3\n"
+           "  minibatches = 2\n"
+           "  warm_start = sft(steps = 2, batch = 4, lr = 1e-2)\n"
+           "  steps = " +
+           std::to_string(rlSteps) +
+           "\n"
+           "  eval = greedy(every = 2, size = 6)\n"
+           "  threads = 1\n"
+           "  seed = 3\n" +
+           extra + "}\n";
+  }
+
+  /// \p src written to dir_/SUB/train.cac, with output SUB/out.
+  TrainConfig config(const std::string &src, const std::string &sub) {
+    fs::create_directories(dir_ / sub);
+    fs::path file = dir_ / sub / "train.cac";
+    std::ofstream(file) << src;
+    std::string errors;
+    auto cfg = loadTrainFile(file, errors);
+    EXPECT_TRUE(cfg) << errors;
+    cfg->out = dir_ / sub / "out";
+    return *cfg;
+  }
+
+  static TrainerOptions quiet(TrainerOptions o = {}) {
+    o.progress = false;
+    o.verbose = false;
+    return o;
+  }
+
+  /// Runs \p cfg; returns the error of the run (empty if none).
+  static std::string runError(const TrainConfig &cfg, TrainerOptions o = {}) {
+    Trainer t(cfg, quiet(o));
+    DiagnosticEngine diag(cfg.file.string(), "");
+    if (!t.prepare(diag))
+      return "prepare: " + diag.render();
+    try {
+      t.run();
+    } catch (const std::exception &e) {
+      return e.what();
+    }
+    return "";
+  }
+
+  static std::vector<json> rows(const fs::path &out) {
+    std::vector<json> r;
+    std::ifstream in(out / "metrics.jsonl");
+    std::string line;
+    while (std::getline(in, line))
+      if (!line.empty())
+        r.push_back(json::parse(line));
+    for (auto &row : r)
+      for (const char *k :
+           {"tokens_per_s", "time_gen_s", "time_score_s", "time_estimator_s",
+            "time_update_s", "time_eval_s", "time_step_s", "elapsed_s"})
+        row.erase(k);
+    return r;
+  }
+
+  static std::string readAll(const fs::path &p) {
+    std::ifstream in(p, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  }
+
+  /// Every weight of \p folder's model is finite.
+  static bool finiteWeights(const fs::path &folder) {
+    LoadOptions lo;
+    lo.valueHead = ValueHeadMode::Auto;
+    TransformerLM m = loadPretrained(folder, lo);
+    for (const auto &p : m->named_parameters())
+      if (!at::isfinite(p.value()).all().item<bool>())
+        return false;
+    return true;
+  }
+
+  /// Runs the shell command \p cmd; its exit status, stderr in \p err.
+  int shell(const std::string &cmd, std::string *err = nullptr) {
+    fs::path errFile = dir_ / "stderr.txt";
+    int rc = std::system(("(" + cmd + ") 2> " + errFile.string()).c_str());
+    std::string text = readAll(errFile);
+    if (err)
+      *err = text;
+    return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+  }
+
+  /// Starts cac-run on dir_/SUB/train.cac (\p args added) in the background,
+  /// waits until its reward program paused in a step (`ready`), sends
+  /// \p signals (shell `kill` arguments, in order) to it, lets the program
+  /// go on, and returns cac-run's exit status (its stderr in \p err).
+  int signalMidStep(const std::string &sub, const std::string &args,
+                    const std::vector<std::string> &signals,
+                    std::string *err) {
+    fs::path d = dir_ / sub;
+    std::string cmd = std::string(CAC_TEST_CAC_RUN) + " " +
+                      (d / "train.cac").string() + " --no-progress --out " +
+                      (d / "out").string() + " " + args + " & p=$!; " +
+                      "while kill -0 $p 2>/dev/null && [ ! -e " +
+                      (d / "ready").string() + " ]; do sleep 0.02; done; ";
+    for (const std::string &s : signals)
+      cmd += "kill " + s + " $p; ";
+    cmd += "touch " + (d / "go").string() + "; wait $p";
+    return shell(cmd, err);
+  }
+
+  fs::path dir_;
+};
+
+//===----------------------------------------------------------------------===//
+// Graceful stop
+//===----------------------------------------------------------------------===//
+
+TEST_F(ReliabilityTest, AStopRequestCheckpointsTheStepAndResumeLosesNone) {
+  // No periodic checkpoints: the stop writes its own.
+  std::string src = source("grpo", "", "  checkpoint_every = 0\n");
+  TrainConfig whole = config(src, "whole");
+  ASSERT_EQ(runError(whole), "");
+  TrainConfig part = config(src, "part");
+  setStopSignal(SIGTERM); // as if the signal came during the first step
+  try {
+    Trainer t(part, quiet());
+    DiagnosticEngine diag(part.file.string(), "");
+    ASSERT_TRUE(t.prepare(diag));
+    t.run();
+    ADD_FAILURE() << "the run did not stop";
+  } catch (const TrainStopped &e) {
+    EXPECT_EQ(e.signal(), SIGTERM);
+    EXPECT_NE(std::string(e.what()).find("stopped by SIGTERM after step 1 of "
+                                         "5; the checkpoint in '"),
+              std::string::npos)
+        << e.what();
+  }
+  setStopSignal(0);
+  EXPECT_EQ(readCheckpointInfo(part.out / "checkpoint").step, 1);
+  EXPECT_EQ(rows(part.out).size(), 1u);
+  // What a write killed mid-way leaves is removed when the run starts.
+  fs::create_directories(part.out / "checkpoint.tmp-Ab3dEf" / "policy");
+  std::ofstream(part.out / "checkpoint.tmp-Ab3dEf" / "policy" / "x") << "x";
+  TrainerOptions resume;
+  resume.resume = true;
+  ASSERT_EQ(runError(part, resume), "");
+  EXPECT_FALSE(fs::exists(part.out / "checkpoint.tmp-Ab3dEf"));
+  EXPECT_EQ(json(rows(part.out)).dump(), json(rows(whole.out)).dump());
+  EXPECT_EQ(readAll(part.out / "final" / "model.safetensors"),
+            readAll(whole.out / "final" / "model.safetensors"));
+}
+
+// cac-run with a real SIGTERM in the middle of an RL step: it finishes the
+// step, checkpoints it, exits with 128 + SIGTERM, and --resume ends where an
+// uninterrupted run ends.
+TEST_F(ReliabilityTest, SigtermMidStepThenResumeEqualsUninterrupted) {
+  std::string src =
+      source("grpo", "",
+             std::string("  reward = command(\"") + kPausingReward + "\")\n",
+             6);
+  config(src, "whole");
+  std::ofstream(dir_ / "whole" / "ready") << ""; // never pauses
+  ASSERT_EQ(shell(std::string(CAC_TEST_CAC_RUN) + " " +
+                  (dir_ / "whole" / "train.cac").string() +
+                  " --no-progress --out " + (dir_ / "whole" / "out").string()),
+            0);
+  config(src, "part");
+  std::string err;
+  int rc = signalMidStep("part", "", {"-TERM"}, &err);
+  EXPECT_EQ(rc, 128 + SIGTERM) << err;
+  EXPECT_NE(err.find("cac-run: SIGTERM: stopping after the current step"),
+            std::string::npos)
+      << err;
+  EXPECT_NE(err.find("stopped by SIGTERM after step "), std::string::npos)
+      << err;
+  fs::path out = dir_ / "part" / "out";
+  int64_t saved = readCheckpointInfo(out / "checkpoint").step;
+  auto logged = rows(out);
+  ASSERT_FALSE(logged.empty());
+  EXPECT_EQ(logged.back()["step"].get<int64_t>(), saved)
+      << "every logged step is in the checkpoint";
+  EXPECT_GT(saved, 2) << "stopped in an RL step";
+  EXPECT_LT(saved, 8) << "stopped before the end";
+  ASSERT_EQ(shell(std::string(CAC_TEST_CAC_RUN) + " " +
+                      (dir_ / "part" / "train.cac").string() +
+                      " --no-progress --resume --out " + out.string(),
+                  &err),
+            0)
+      << err;
+  EXPECT_EQ(json(rows(out)).dump(),
+            json(rows(dir_ / "whole" / "out")).dump());
+  EXPECT_EQ(readAll(out / "final" / "model.safetensors"),
+            readAll(dir_ / "whole" / "out" / "final" / "model.safetensors"));
+}
+
+// Two workers: the launcher alone gets the signal and forwards it; both
+// ranks stop after the same step, and the resumed run equals an
+// uninterrupted one of two workers.
+TEST_F(ReliabilityTest, TwoWorkersStopAtTheSameStep) {
+  std::string src =
+      source("grpo", "",
+             std::string("  reward = command(\"") + kPausingReward + "\")\n",
+             8);
+  src.replace(src.find("prompts = 3"), 11, "prompts = 4");
+  config(src, "whole");
+  std::ofstream(dir_ / "whole" / "ready") << "";
+  ASSERT_EQ(shell(std::string(CAC_TEST_CAC_RUN) + " " +
+                  (dir_ / "whole" / "train.cac").string() +
+                  " --workers 2 --no-progress --out " +
+                  (dir_ / "whole" / "out").string()),
+            0);
+  config(src, "part");
+  std::string err;
+  int rc = signalMidStep("part", "--workers 2", {"-TERM"}, &err);
+  EXPECT_EQ(rc, 128 + SIGTERM) << err;
+  EXPECT_EQ(err.find("failed"), std::string::npos) << err;
+  fs::path out = dir_ / "part" / "out";
+  int64_t saved = readCheckpointInfo(out / "checkpoint").step;
+  EXPECT_GT(saved, 2);
+  EXPECT_LT(saved, 10);
+  ASSERT_EQ(shell(std::string(CAC_TEST_CAC_RUN) + " " +
+                      (dir_ / "part" / "train.cac").string() +
+                      " --workers 2 --no-progress --resume --out " +
+                      out.string(),
+                  &err),
+            0)
+      << err;
+  EXPECT_EQ(json(rows(out)).dump(),
+            json(rows(dir_ / "whole" / "out")).dump());
+}
+
+// A second signal does not wait for the step: the process dies of it, and
+// the checkpoint is the last one written before.
+TEST_F(ReliabilityTest, ASecondSignalStopsAtOnce) {
+  std::string src =
+      source("grpo", "",
+             std::string("  reward = command(\"") + kPausingReward +
+                 "\")\n  checkpoint_every = 1\n",
+             6);
+  config(src, "part");
+  std::string err;
+  // The reward program stays paused until both signals are sent, so the
+  // step cannot end between them. (Not SIGINT: a shell starts background
+  // commands with SIGINT ignored, and cac-run keeps an ignored signal so.)
+  int rc = signalMidStep("part", "", {"-TERM", "-HUP"}, &err);
+  EXPECT_EQ(rc, 128 + SIGHUP) << err;
+  EXPECT_NE(err.find("cac-run: SIGHUP: a second stop signal, stopping at once"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("stopped by"), std::string::npos) << err;
+  fs::path out = dir_ / "part" / "out";
+  int64_t saved = readCheckpointInfo(out / "checkpoint").step;
+  EXPECT_EQ(rows(out).back()["step"].get<int64_t>(), saved)
+      << "the step in progress was neither logged nor checkpointed";
+}
+
+//===----------------------------------------------------------------------===//
+// Non-finite values
+//===----------------------------------------------------------------------===//
+
+// GRPO without its epsilon divides a group of equal rewards by a zero
+// standard deviation.
+TEST_F(ReliabilityTest, ANonFiniteAdvantageStopsTheRunNamingTheStep) {
+  std::string src = source("grpo", ", eps = 0");
+  TrainConfig cfg = config(src, "a");
+  std::string e = runError(cfg);
+  EXPECT_NE(e.find("step 3 (RL step 1): the advantage (NaN) is not finite"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("grpo with eps = 0"), std::string::npos) << e;
+  EXPECT_FALSE(fs::exists(cfg.out / "final"));
+  // With --skip-nonfinite the updates are skipped and counted; the run ends
+  // with finite weights.
+  TrainConfig skip = config(src, "skip");
+  TrainerOptions o;
+  o.skipNonFinite = true;
+  ASSERT_EQ(runError(skip, o), "");
+  int64_t skipped = 0;
+  for (const json &row : rows(skip.out))
+    if (row["phase"] == "rl")
+      skipped += row.at("nonfinite_skips").get<int64_t>();
+  EXPECT_GE(skipped, 1);
+  EXPECT_TRUE(finiteWeights(skip.out / "final"));
+  std::string csv = readAll(skip.out / "metrics.csv");
+  EXPECT_NE(csv.find(",nonfinite_skips\n"), std::string::npos);
+}
+
+// A reward program's 1e308 is a finite double but not a finite float.
+TEST_F(ReliabilityTest, AHugeRewardStopsTheRunNamingIt) {
+  std::string src = source(
+      "grpo", "",
+      "  reward = command(\"while read -r l; do echo 1e308; done\")\n");
+  std::string e = runError(config(src, "a"));
+  EXPECT_NE(e.find("step 3 (RL step 1): the reward 1e+308 of rollout 1 (as "
+                   "a 32-bit float) is not finite"),
+            std::string::npos)
+      << e;
+}
+
+// A model folder whose weights hold a NaN is refused before the run.
+TEST_F(ReliabilityTest, NanWeightsInAModelFolderAreRefused) {
+  TrainConfig first = config(source(), "first");
+  ASSERT_EQ(runError(first), "");
+  LoadOptions lo;
+  TransformerLM m = loadPretrained(first.out / "final", lo);
+  {
+    torch::NoGradGuard ng;
+    m->named_parameters().begin()->value().view(-1)[0] = NAN;
+  }
+  savePretrained(*m, dir_ / "poisoned");
+  std::string src = source("gae");
+  src.replace(src.find("critic = none"), 13,
+              "critic = value_model(hf(\"" + (dir_ / "poisoned").string() +
+                  "\"), lr = 1e-3)");
+  std::string e = runError(config(src, "b"));
+  EXPECT_NE(e.find("the weights of '" + (dir_ / "poisoned").string() +
+                   "' are not finite: " +
+                   m->named_parameters().begin()->key() + " (NaN)"),
+            std::string::npos)
+      << e;
+}
+
+//===----------------------------------------------------------------------===//
+// Full disk
+//===----------------------------------------------------------------------===//
+
+// The disk fills up while the second checkpoint is written: the run stops
+// naming the file, the first checkpoint is intact, no temporary folder is
+// left, and --resume (with space again) ends as an uninterrupted run.
+TEST_F(ReliabilityTest, AFullDiskDuringACheckpointKeepsTheLastOne) {
+  std::string src = source("grpo", "", "  checkpoint_every = 1\n");
+  TrainConfig whole = config(src, "whole");
+  ASSERT_EQ(runError(whole), "");
+  // The bytes of the first checkpoint (step 1) in a run of its own.
+  TrainConfig probe = config(src, "probe");
+  TrainerOptions one;
+  one.stopAfterSteps = 2; // checkpointed after step 1 only
+  ASSERT_EQ(runError(probe, one), "");
+  uint64_t bytes = 0;
+  for (const auto &e :
+       fs::recursive_directory_iterator(probe.out / "checkpoint"))
+    if (e.is_regular_file())
+      bytes += e.file_size();
+  TrainConfig part = config(src, "part");
+  setenv("CAC_TEST_ENOSPC",
+         ("checkpoint.tmp-:" + std::to_string(bytes + 200)).c_str(), 1);
+  std::string e = runError(part);
+  EXPECT_NE(e.find("cannot write '" + (part.out).string() +
+                   "/checkpoint.tmp-"),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("No space left on device"), std::string::npos) << e;
+  unsetenv("CAC_TEST_ENOSPC");
+  EXPECT_EQ(readCheckpointInfo(part.out / "checkpoint").step, 1);
+  for (const auto &entry : fs::directory_iterator(part.out))
+    EXPECT_EQ(entry.path().filename().string().find(".tmp"),
+              std::string::npos)
+        << entry.path();
+  TrainerOptions resume;
+  resume.resume = true;
+  ASSERT_EQ(runError(part, resume), "");
+  EXPECT_EQ(json(rows(part.out)).dump(), json(rows(whole.out)).dump());
+}
+
+TEST_F(ReliabilityTest, AFullDiskOnTheMetricsNamesTheFile) {
+  TrainConfig cfg = config(source(), "a");
+  setenv("CAC_TEST_ENOSPC", "metrics.jsonl:1", 1);
+  std::string e = runError(cfg);
+  EXPECT_NE(e.find("cannot write '" + (cfg.out / "metrics.jsonl").string() +
+                   "': No space left on device"),
+            std::string::npos)
+      << e;
+}
+
+} // namespace
