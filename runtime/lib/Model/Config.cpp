@@ -3,7 +3,9 @@
 #include "cac/Runtime/Model/Config.h"
 #include "cac/Runtime/Support/FileUtil.h"
 
+#include <cstdio>
 #include <stdexcept>
+#include <unistd.h>
 
 using nlohmann::json;
 
@@ -185,6 +187,40 @@ ModelConfig ModelConfig::builtinSmall(int64_t vocabSize) {
   return c;
 }
 
+namespace {
+
+/// Refuses a config whose float32 weights alone exceed this machine's
+/// memory (a config.json of 1e9 layers), before anything is allocated;
+/// training needs several times the weights, so this never refuses a model
+/// that could train. Counted in doubles: the products overflow int64.
+void checkWeightsFit(const ModelConfig &c, const std::string &src) {
+  double hidden = static_cast<double>(c.hiddenSize);
+  double q = static_cast<double>(c.numAttentionHeads * c.headDimension());
+  double kv = static_cast<double>(c.numKeyValueHeads * c.headDimension());
+  double perLayer = hidden * (2 * q + 2 * kv) +
+                    3 * hidden * static_cast<double>(c.intermediateSize) +
+                    2 * hidden;
+  double params = static_cast<double>(c.numHiddenLayers) * perLayer +
+                  static_cast<double>(c.vocabSize) * hidden *
+                      (c.tieWordEmbeddings ? 1 : 2);
+  double bytes = 4 * params;
+  double memory = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
+                  static_cast<double>(::sysconf(_SC_PAGESIZE));
+  if (memory > 0 && bytes > memory) {
+    char what[200];
+    std::snprintf(what, sizeof what,
+                  "the model's weights alone need about %.3g GiB (%.3g "
+                  "parameters in float32, num_hidden_layers %lld), more "
+                  "than this machine's %.3g GiB of memory",
+                  bytes / (1 << 30), params,
+                  static_cast<long long>(c.numHiddenLayers),
+                  memory / (1 << 30));
+    fail(src, what);
+  }
+}
+
+} // namespace
+
 void ModelConfig::validate(const std::string &src) const {
   auto positive = [&](int64_t v, const char *name) {
     if (v <= 0)
@@ -209,6 +245,7 @@ void ModelConfig::validate(const std::string &src) const {
   if (headDimension() % 2 != 0)
     fail(src, "the head dimension " + std::to_string(headDimension()) +
                   " must be even for RoPE");
+  checkWeightsFit(*this, src);
 }
 
 json ModelConfig::toJson() const {

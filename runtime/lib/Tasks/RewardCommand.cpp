@@ -203,6 +203,9 @@ std::string RewardCommand::readLine(const std::string &which) {
     }
     if (n == 0)
       fail("no answer to " + which + ": " + exitStatus() +
+           (pending_.empty() ? ""
+                             : " after writing '" + shorten(pending_) +
+                                   "' without a line break") +
            " (its error output, if any, is above)");
     pending_.append(buf, static_cast<size_t>(n));
   }

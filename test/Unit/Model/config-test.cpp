@@ -164,3 +164,21 @@ TEST(Config, ErrorsNameTheFileAndTheField) {
   expectBad(j, {"'tie_word_embeddings'", "true or false"});
   expectBad(json::array({1, 2}), {"not a JSON object"});
 }
+
+// A config whose weights cannot fit in memory (1e9 layers) is refused with
+// the estimate before any tensor is allocated.
+TEST(Config, WeightsThatCannotFitAreRefusedUpFront) {
+  json j = qwen25Config();
+  j["num_hidden_layers"] = 1000000000;
+  std::string msg =
+      errorOf([&] { ModelConfig::fromJson(j, "some/config.json"); });
+  EXPECT_NE(msg.find("some/config.json"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("the model's weights alone need about"),
+            std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("num_hidden_layers 1000000000"), std::string::npos)
+      << msg;
+  EXPECT_NE(msg.find("GiB of memory"), std::string::npos) << msg;
+  j = qwen25Config();
+  EXPECT_NO_THROW(ModelConfig::fromJson(j, "some/config.json"));
+}
