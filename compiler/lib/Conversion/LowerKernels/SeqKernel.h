@@ -121,16 +121,19 @@ private:
   DenseMap<Value, Value> outerMemo;
   DenseMap<std::pair<Value, Value>, Value> tokenMemo;
   DenseMap<std::pair<Value, Value>, Value> intMemo;
+  /// The shifts of a nest that index from the index they are given
+  /// (shiftTok); deeper ones index from the nest's base token.
+  static constexpr unsigned kPathShifts = 3;
   /// A token index that shifts made: `offset` tokens from the token `base`
   /// through `depth` nested shifts.
-  static constexpr unsigned kPathShifts = 3;
   struct ShiftedIndex {
     Value base;
     int64_t offset;
     unsigned depth;
   };
   /// The indices shifts made (shiftTok), and the one made for each (base,
-  /// offset) of the shifts nested deeper than two, with its in-range flag.
+  /// offset) of the shifts nested deeper than kPathShifts, with its
+  /// in-range flag.
   DenseMap<Value, ShiftedIndex> shiftedFrom;
   DenseMap<std::pair<Value, int64_t>, std::pair<Value, Value>> nestedIndex;
   /// In a CPU loop past its first token: each token of the iteration -> the

@@ -109,11 +109,12 @@ void SeqKernelEmitter::forgetTokens() {
 /// `next(x, fill)`, `prev(x, fill)` (a shift by `offset`) at token `t`: `x`
 /// at t + offset where that token is in the sequence, else the fill at t.
 ///
-/// The first two shifts of a nest index from the index they are given; a
-/// deeper one from the nest's base token by the sum of the offsets, one
-/// index per sum: nests of `next` and `prev` (`let a2 = next(a1) +
-/// prev(a1)`, ...) then make a number of indices linear in the depth, not
-/// one per path through them.
+/// The first kPathShifts shifts of a nest index from the index they are
+/// given; a deeper one from the nest's base token by the sum of the
+/// offsets, one index per sum: nests of `next` and `prev` (`let a2 =
+/// next(a1) + prev(a1)`, ...) then make a number of indices linear in the
+/// depth, not one per path through them. (Three covers the nests that the
+/// segment rules make with `next` and `prev`.)
 Value SeqKernelEmitter::shiftTok(ShiftOp s, Value t) {
   // I64Attr accessors return uint64_t: read the offset as signed, or
   // `prev` (-1) would be taken for a forward shift.
