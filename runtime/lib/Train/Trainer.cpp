@@ -101,6 +101,27 @@ struct Trainer::Impl : TrainerState {
     return ok;
   }
 
+  /// Every dataset prompt fits the policy's positions with room for a
+  /// response token: one that does not would stop the run only when it is
+  /// first sampled, perhaps hours in. Measured before the run starts.
+  bool promptsFit(DiagnosticEngine &diag) {
+    int64_t positions = models.policy->config().maxPositionEmbeddings;
+    for (const std::vector<Problem> *set : {&task.dataTrain, &task.dataEval})
+      for (const Problem &p : *set) {
+        auto n = static_cast<int64_t>(task.encodePrompt(p).size());
+        if (n < positions)
+          continue;
+        diag.error(cfg.task.loc,
+                   p.id + ": the prompt has " + std::to_string(n) +
+                       " tokens, but the model holds " +
+                       std::to_string(positions) +
+                       " positions, the prompt and at least one response "
+                       "token; shorten it or use a model with more positions");
+        return false;
+      }
+    return true;
+  }
+
   /// The task, the models (the global generator decides a fresh
   /// initialization) and the generators.
   bool loadTaskAndModels(DiagnosticEngine &diag) {
@@ -136,6 +157,8 @@ struct Trainer::Impl : TrainerState {
         return false;
       }
     }
+    if (!promptsFit(diag))
+      return false;
     sampleGen = makeGenerator(cfg.seed * 1000003ULL + 17);
     shuffleGen = makeGenerator(cfg.seed * 1000003ULL + 29);
     return true;

@@ -399,6 +399,29 @@ TEST_F(ReliabilityTest, NanWeightsInAModelFolderAreRefused) {
       << e;
 }
 
+// A dataset prompt longer than the model's positions is refused before the
+// run, naming the problem's line, not when it is first sampled.
+TEST_F(ReliabilityTest, APromptLongerThanThePositionsIsRefusedUpFront) {
+  fs::create_directories(dir_ / "a");
+  std::ofstream(dir_ / "a" / "train.jsonl")
+      << R"({"prompt": "ab=", "answer": "ba", "solution": "ba"})" "\n"
+      << R"({"prompt": ")" << std::string(40, 'x')
+      << R"(=", "answer": "x", "solution": "x"})" "\n";
+  std::ofstream(dir_ / "a" / "eval.jsonl")
+      << R"({"prompt": "pq=", "answer": "qp"})" "\n";
+  std::string src = source();
+  src.replace(src.find("arith(min_level = 1, max_level = 1)"), 35,
+              "jsonl(\"train.jsonl\", eval = \"eval.jsonl\")");
+  std::string e = runError(config(src, "a"));
+  EXPECT_NE(e.find((dir_ / "a" / "train.jsonl").string() +
+                   ":2: the prompt has "),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("tokens, but the model holds 32 positions"),
+            std::string::npos)
+      << e;
+}
+
 //===----------------------------------------------------------------------===//
 // Full disk
 //===----------------------------------------------------------------------===//
