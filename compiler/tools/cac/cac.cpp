@@ -15,6 +15,7 @@
 
 #include "mlir/Support/FileUtilities.h"
 #include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/ToolOutputFile.h"
 #include "llvm/Support/WithColor.h"
@@ -218,6 +219,12 @@ int realMain() {
   ctx.loadAllAvailableDialects();
   ctx.allowUnregisteredDialects(false);
 
+  // A device or a FIFO would be read until memory runs out, or forever; a
+  // regular file's size is the parser's to check.
+  if (opts.inputFile != "-" && llvm::sys::fs::exists(opts.inputFile) &&
+      !llvm::sys::fs::is_regular_file(opts.inputFile))
+    return fail("cannot compile '" + opts.inputFile +
+                "': not a regular file");
   std::string err;
   auto file = openInputFile(opts.inputFile, &err);
   if (!file)
