@@ -21,6 +21,7 @@
 
 #include "cac/Eager/Eager.h"
 #include "cac/Eager/Padded.h"
+#include "cac/Eager/TreeIndex.h"
 
 #include "cac/Dialect/Cac/IR/CacDialect.h"
 
@@ -357,7 +358,7 @@ private:
       return torch::where(cnt > 0, x0 + devSum / cnt.clamp_min(1),
                           torch::zeros_like(devSum));
     };
-    torch::Tensor firstChild = firstChildren().clamp_min(0);
+    torch::Tensor firstChild = cac::firstChildren(pb.nodeParent).clamp_min(0);
     torch::Tensor safeParent = parent.clamp_min(0);
     auto childMean = [&](torch::Tensor v) {
       torch::Tensor x0 = v.index_select(0, firstChild);
@@ -403,8 +404,9 @@ private:
     torch::Tensor xs = x.to(rt);
     const bool leafOnly = pr.getKind() == PathReduceKind::LeafMean;
     const bool isMean = leafOnly || pr.getKind() == PathReduceKind::SubtreeMean;
-    torch::Tensor x0 = isMean ? pathFirsts(xs, leaf, leafOnly)
-                              : torch::zeros({K}, opts);
+    torch::Tensor x0 =
+        isMean ? cac::pathFirsts(pb.nodeParent, xs, leaf, leafOnly)
+               : torch::zeros({K}, opts);
     for (int64_t i = 0; i <= K && (a >= 0).any().item<bool>(); ++i) {
       torch::Tensor on = a >= 0;
       torch::Tensor at = a.masked_select(on), v = xs.masked_select(on);
@@ -435,42 +437,6 @@ private:
     default:
       return shiftedMean(x0, sum, cnt);
     }
-  }
-
-  /// The first child of each node (children in id order), -1 for a leaf.
-  torch::Tensor firstChildren() {
-    torch::Tensor par = pb.nodeParent.to(torch::kInt64).contiguous();
-    torch::Tensor first = torch::full({K}, int64_t(-1), par.options());
-    auto pa = par.accessor<int64_t, 1>();
-    auto fa = first.accessor<int64_t, 1>();
-    for (int64_t k = K - 1; k >= 0; --k)
-      if (pa[k] >= 0)
-        fa[pa[k]] = k;
-    return first;
-  }
-
-  /// For each node, the value `xs` of the first sequence (in batch order)
-  /// whose leaf is the node (`leafOnly`) or lies in its subtree; 0 where
-  /// there is none. The shift of the path reductions' means.
-  torch::Tensor pathFirsts(torch::Tensor xs, torch::Tensor leaf,
-                           bool leafOnly) {
-    torch::Tensor par = pb.nodeParent.to(torch::kInt64).contiguous();
-    torch::Tensor lf = leaf.to(torch::kInt64).contiguous();
-    torch::Tensor xd = xs.to(torch::kDouble).contiguous();
-    torch::Tensor out = torch::zeros({K}, torch::kDouble);
-    std::vector<char> seen(K, 0);
-    auto pa = par.accessor<int64_t, 1>();
-    auto la = lf.accessor<int64_t, 1>();
-    auto xa = xd.accessor<double, 1>();
-    auto oa = out.accessor<double, 1>();
-    // A node seen once has its ancestors seen too: each node is visited
-    // once, O(K + B).
-    for (int64_t b = 0; b < B; ++b)
-      for (int64_t n = la[b]; n >= 0 && !seen[n]; n = leafOnly ? -1 : pa[n]) {
-        seen[n] = 1;
-        oa[n] = xa[b];
-      }
-    return out.to(xs.scalar_type());
   }
 
   /// Descending rank inside each sequence, ties by the lower index: a stable

@@ -231,8 +231,8 @@ struct Trainer::Impl : TrainerState {
       return true;
     return skipNonFiniteTensor(
                *this, "advantage", adv.adv,
-               "e.g. a group of equal rewards divided by a zero standard "
-               "deviation (grpo with eps = 0)") ||
+               "e.g. a division by zero in the estimator (maxrl with eps = 0 "
+               "on a group whose rewards are all 0)") ||
            skipNonFiniteTensor(*this, "return", adv.ret);
   }
 

@@ -337,16 +337,16 @@ TEST_F(ReliabilityTest, ASecondSignalStopsAtOnce) {
 // Non-finite values
 //===----------------------------------------------------------------------===//
 
-// GRPO without its epsilon divides a group of equal rewards by a zero
-// standard deviation.
+// MaxRL without its epsilon divides by the group's mean reward: 0 / 0 for a
+// group whose rewards are all 0.
 TEST_F(ReliabilityTest, ANonFiniteAdvantageStopsTheRunNamingTheStep) {
-  std::string src = source("grpo", ", eps = 0");
+  std::string src = source("maxrl", ", eps = 0");
   TrainConfig cfg = config(src, "a");
   std::string e = runError(cfg);
   EXPECT_NE(e.find("step 3 (RL step 1): the advantage (NaN) is not finite"),
             std::string::npos)
       << e;
-  EXPECT_NE(e.find("grpo with eps = 0"), std::string::npos) << e;
+  EXPECT_NE(e.find("maxrl with eps = 0"), std::string::npos) << e;
   EXPECT_FALSE(fs::exists(cfg.out / "final"));
   // With --skip-nonfinite the updates are skipped and counted; the run ends
   // with finite weights.
