@@ -695,6 +695,18 @@ private:
         .masked_scatter_(m, x.index_select(0, pb.groupMembers));
   }
 
+  /// A variance (or std) of kind `k` from the sum of squared deviations
+  /// `ss` over `n` terms: / max(n, 1), / max(n - 1, 1) for the unbiased ones.
+  static torch::Tensor finishVariance(torch::Tensor ss, torch::Tensor n,
+                                      ReduceKind k) {
+    bool unbiased =
+        k == ReduceKind::VarUnbiased || k == ReduceKind::StdUnbiased;
+    torch::Tensor var = ss / (unbiased ? n - 1 : n).clamp_min(1);
+    if (k == ReduceKind::Std || k == ReduceKind::StdUnbiased)
+      return torch::sqrt(var);
+    return var;
+  }
+
   torch::Tensor seqToGroup(torch::Tensor x, ReduceKind k,
                            torch::ScalarType rt) {
     auto sum = [&](torch::Tensor v) {
@@ -728,14 +740,7 @@ private:
     case ReduceKind::StdUnbiased: {
       // Two passes as the kernels: the mean, then the squared deviations.
       torch::Tensor dev = x - mean().index_select(0, pb.seqGroup);
-      torch::Tensor ss = sum(dev * dev);
-      bool unbiased =
-          k == ReduceKind::VarUnbiased || k == ReduceKind::StdUnbiased;
-      torch::Tensor denom = (unbiased ? n - 1 : n).clamp_min(1);
-      torch::Tensor var = ss / denom;
-      if (k == ReduceKind::Std || k == ReduceKind::StdUnbiased)
-        return torch::sqrt(var);
-      return var;
+      return finishVariance(sum(dev * dev), n, k);
     }
     }
     throw std::runtime_error("unknown reduction");
@@ -745,11 +750,17 @@ private:
   torch::Tensor seqToBatch(torch::Tensor x, ReduceKind k,
                            torch::ScalarType rt) {
     torch::Tensor n = torch::scalar_tensor(double(B), x.options().dtype(rt));
+    // Shifted by the first sequence, as the kernels' batch kernel (the group
+    // kernel's passes): exact over equal values.
+    auto mean = [&] {
+      torch::Tensor x0 = x.select(0, 0);
+      return x0 + (x - x0).sum() / n.clamp_min(1);
+    };
     switch (k) {
     case ReduceKind::Sum:
       return x.sum();
     case ReduceKind::Mean:
-      return x.sum() / n.clamp_min(1);
+      return mean();
     case ReduceKind::Min:
       return x.amin();
     case ReduceKind::Max:
@@ -764,14 +775,8 @@ private:
     case ReduceKind::Std:
     case ReduceKind::VarUnbiased:
     case ReduceKind::StdUnbiased: {
-      torch::Tensor dev = x - x.sum() / n.clamp_min(1);
-      bool unbiased =
-          k == ReduceKind::VarUnbiased || k == ReduceKind::StdUnbiased;
-      torch::Tensor var =
-          (dev * dev).sum() / (unbiased ? n - 1 : n).clamp_min(1);
-      if (k == ReduceKind::Std || k == ReduceKind::StdUnbiased)
-        return torch::sqrt(var);
-      return var;
+      torch::Tensor dev = x - mean();
+      return finishVariance((dev * dev).sum(), n, k);
     }
     }
     throw std::runtime_error("unknown reduction");
