@@ -72,34 +72,44 @@ def settle_device(layout, tensors):
 
 class Layout:
     """The structure of one call: the runtime batch, whether the caller's
-    tensors are padded, and the sizes they must have."""
+    tensors are padded, and the sizes they must have. A padded layout packs
+    right-padded rows on the CPU by copying each row's prefix, anything else
+    by a flat index of the action tokens computed where the mask lives."""
 
-    def __init__(self, batch, padded, device, mask=None, host_mask=None):
+    def __init__(self, batch, padded, device, mask=None, counts=None,
+                 right_padded=False):
         self.batch = batch
         self.padded = padded
         self.device = device
         self.mask = mask
-        self.host_mask = host_mask
+        self.counts = counts
+        self.right_padded = right_padded
         self._index = None
         self.B = batch.num_seqs
         self.N = batch.num_tokens
         self.T = mask.shape[1] if padded else None
 
+    def _by_rows(self, t):
+        return self.right_padded and t.device.type == "cpu"
+
     def _flat_index(self, device):
         """The flat positions of the action tokens in [B, T], computed once
-        per call: indexing with it packs and unpacks several times faster
-        than boolean masks."""
+        per call where the mask lives: indexing with it packs and unpacks
+        several times faster than boolean masks."""
         if self._index is None:
-            self._index = self.host_mask.reshape(-1).nonzero().squeeze(1)
+            self._index = self._bool_mask().reshape(-1).nonzero().squeeze(1)
         if self._index.device != device:
-            # From pinned memory, so that the copy does not wait for the
-            # device.
             src = self._index.pin_memory() if device.type == "cuda" else self._index
             self._index = src.to(device, non_blocking=True)
         return self._index
 
+    def _bool_mask(self):
+        return self.mask if self.mask.dtype == torch.bool else self.mask != 0
+
     def pack(self, x):
         """A padded [B, T] tensor packed to [N]."""
+        if self._by_rows(x):
+            return _cac.pack_rows(x, self.counts)
         return x.reshape(-1).index_select(0, self._flat_index(x.device))
 
     def token_shape(self):
@@ -115,6 +125,8 @@ class Layout:
         is 0)."""
         if not self.padded:
             return t
+        if self._by_rows(t):
+            return _cac.unpack_rows(t, self.counts, self.T)
         out = t.new_zeros(self.B * self.T)
         out.index_copy_(0, self._flat_index(t.device), t)
         return out.view(self.B, self.T)
@@ -138,13 +150,18 @@ def _padded_layout(mask):
         raise TypeError(f"mask has dtype {mask.dtype}; expected bool, "
                         "integer or float 0/1")
     _check_device_kind("mask", mask)
-    m = mask if mask.dtype == torch.bool else mask != 0
-    host = m.cpu()
-    counts = host.sum(dim=1)
+    if mask.device.type == "cpu":
+        counts, right_padded = _cac.mask_rows(mask)
+    else:
+        # Not checked for right-padded rows: the flat index by nonzero() on
+        # the device packs faster than one built from the counts.
+        counts = (mask if mask.dtype == torch.bool else mask != 0).sum(dim=1).cpu()
+        right_padded = False
     _check_rows(counts, "mask")
-    # The package packs and unpacks with its own index (Layout.pack), so the
-    # runtime's batch needs the lengths only, not a copy of the mask.
-    return Layout(_cac.Batch.from_lengths(counts), True, mask.device, m, host)
+    # The package packs and unpacks itself (Layout.pack), so the runtime's
+    # batch needs the lengths only, not a copy of the mask.
+    return Layout(_cac.Batch.from_lengths(counts), True, mask.device, mask,
+                  counts, right_padded)
 
 
 def _packed_layout(lengths, offsets):

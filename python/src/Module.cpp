@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "Padded.h"
 #include "cac/Runtime/Kernels/Bundle.h"
 
 #include <pybind11/pybind11.h>
@@ -157,4 +158,5 @@ PYBIND11_MODULE(_cac, m) {
         "True when the runtime launches on LibTorch's current CUDA stream.");
   bindBatch(m);
   bindBundle(m);
+  bindPadded(m);
 }

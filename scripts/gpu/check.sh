@@ -23,6 +23,9 @@
 #            tensors against CPU tensors through the staged bundles, a side
 #            stream, no host sync on the packed path
 #            (scripts/gpu/python/run.sh)
+#     baselines  the python step, then bench/python/baselines.py: the
+#            package against verl's loops, its vectorized GRPO/RLOO and a
+#            torch.compile'd GAE step on the GPU (not run by default)
 #     main   the embedded default (examples/arith/train.cac) trained on the
 #            GPU: accuracy before and after RL, time per phase (not run by
 #            default)
@@ -51,9 +54,10 @@ for s in "${steps[@]}"; do
       --iters 30 || status=1 ;;
   train | nccl) scripts/gpu/cac-run/run.sh || status=1 ;;
   python) scripts/gpu/python/run.sh || status=1 ;;
+  baselines) scripts/gpu/python/run.sh --baselines || status=1 ;;
   main) scripts/gpu/cac-run/run.sh main || status=1 ;;
   gen) scripts/gpu/cac-run/run.sh gen || status=1 ;;
-  *) echo "unknown step '$s' (tests, bench, train, python, main, gen)"; status=2 ;;
+  *) echo "unknown step '$s' (tests, bench, train, python, baselines, main, gen)"; status=2 ;;
   esac
 done
 exit $status

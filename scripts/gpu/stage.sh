@@ -31,6 +31,11 @@ if [ -x "$cac" ]; then
     m=$(basename "$f" .cac)
     "$cac" compile --bundle "$deps/stdlib-bundles/$m" -o /dev/null "$f"
   done
+  # The Python package's verl methods (bench/python/baselines.py times
+  # them on the GPU against verl's own forms).
+  for f in "$repo"/python/cac/methods/*.cac; do
+    "$cac" compile --bundle "$deps/python-bundles/$(basename "$f" .cac)" -o /dev/null "$f"
+  done
   bench() { # NAME VARIANT FLAGS...
     local m=$1 v=$2
     shift 2

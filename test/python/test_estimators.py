@@ -131,3 +131,34 @@ def test_a_bundle_folder_runs_without_the_compiler(tmp_path, monkeypatch):
     compare(est, est(**padded_call(est, batch)), want, batch, 1e-9)
     with pytest.raises(TypeError, match="is f64"):
         est(**padded_call(est, batch, torch.float32))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bool,
+                                   torch.int64, torch.uint8, torch.bfloat16])
+def test_right_padded_masks_pack_by_rows(dtype):
+    """A right-padded CPU mask packs and unpacks by copying row prefixes
+    (_cac.pack_rows); a mask with a hole inside a row takes the indexed
+    path; both give what boolean indexing gives."""
+    from cac import _cac
+    g = torch.Generator().manual_seed(5)
+    lengths = torch.randint(1, 40, (33,), generator=g)
+    mask = (torch.arange(40)[None, :] < lengths[:, None]).to(dtype)
+    counts, right_padded = _cac.mask_rows(mask)
+    assert right_padded and torch.equal(counts, lengths)
+    x = torch.randn(33, 40, generator=g, dtype=torch.float64)
+    packed = _cac.pack_rows(x, counts)
+    assert torch.equal(packed, x[mask != 0])
+    back = _cac.unpack_rows(packed, counts, 40)
+    assert torch.equal(back, x * (mask != 0))
+    holed = mask.clone()
+    holed[3, 0] = 0
+    counts, right_padded = _cac.mask_rows(holed)
+    assert not right_padded and int(counts[3]) == int(lengths[3]) - 1
+
+    gae = load("gae", {"lambda": 0.9})
+    reward = torch.randn(33, generator=g, dtype=torch.float64)
+    for m in (mask, holed):
+        got = gae(value=x, reward=reward, mask=m)["adv"]
+        keep = m != 0
+        want = gae(value=x[keep], reward=reward, lengths=keep.sum(1))["adv"]
+        assert torch.equal(got[keep], want) and (got[~keep] == 0).all()

@@ -14,8 +14,8 @@ import torch
 import cac
 import cac.verl
 from conftest import STDLIB, assert_close
-from verl_reference import (ref_gae, ref_grpo, ref_rloo,
-                            ref_vanilla_policy_loss)
+from verl_reference import (ref_gae, ref_grpo, ref_grpo_vectorized, ref_rloo,
+                            ref_rloo_vectorized, ref_vanilla_policy_loss)
 
 # --- batches -----------------------------------------------------------
 
@@ -81,6 +81,34 @@ def test_rloo_equals_verl(seed):
     adv, _ = fn(rewards, mask, index=uids)
     want, _ = ref_rloo(rewards, mask, uids)
     assert_close(adv, want, 1e-5, "advantages")
+
+
+@pytest.mark.parametrize("seed", [1, 2, 3])
+def test_verl_vectorized_estimators_equal_the_loops_and_cac(seed):
+    """bench/python/baselines.py times verl's vectorized GRPO and RLOO. GRPO's
+    equals the loop and the adapter (its variance floor eps only changes
+    groups of equal rewards, whose advantage is 0 either way). RLOO's equals
+    them except for a group of one, where verl's two forms differ: the loop
+    keeps R (so does cac.verl.RLOO), the vectorized form gives 0."""
+    rewards, mask, uids, _ = verl_batch(seed, B=24)
+    uids[0] = "uid-alone"
+    rewards[0] = rewards[0] + 0.25 * mask[0] / mask[0].sum()
+    got, _ = ref_grpo_vectorized(rewards, mask, uids)
+    assert_close(got, ref_grpo(rewards, mask, uids)[0], 1e-5, "grpo_vectorized")
+    adv, _ = cac.verl.advantage_estimator(cac.verl.GRPO)(rewards, mask, index=uids)
+    assert_close(adv, got, 1e-5, "cac.verl.GRPO against grpo_vectorized")
+
+    sizes = {u: list(uids).count(u) for u in uids}
+    alone = torch.tensor([sizes[u] == 1 for u in uids])
+    assert alone.any() and (~alone).any()
+    got, _ = ref_rloo_vectorized(rewards, mask, uids)
+    want, _ = ref_rloo(rewards, mask, uids)
+    assert_close(got[~alone], want[~alone], 1e-5, "rloo_vectorized, groups of two or more")
+    assert (got[alone] == 0).all()
+    assert_close(want[alone], rewards[alone].sum(-1, keepdim=True) * mask[alone], 0,
+                 "verl's RLOO loop keeps R in a group of one")
+    adv, _ = cac.verl.advantage_estimator(cac.verl.RLOO)(rewards, mask, index=uids)
+    assert_close(adv, want, 1e-5, "cac.verl.RLOO against the loop")
 
 
 @pytest.mark.parametrize("holes", [False, True])

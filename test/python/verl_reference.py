@@ -2,8 +2,10 @@
 core_algos.py), written here from verl's semantics for the tests
 (test_verl.py) and the benchmark (bench/python/bench.py): GAE's loop with
 observation tokens skipped and masked whitening, GRPO's and RLOO's
-per-uid loops with their groups of one, the vanilla PPO loss with the dual
-clip and agg_loss's modes. A transcription of verl's loops, not verl."""
+per-uid loops with their groups of one, their vectorized forms
+(grpo_vectorized, rloo_vectorized: uids to group numbers on the host, then
+index_add_/bincount on the tensors' device), the vanilla PPO loss with the
+dual clip and agg_loss's modes. A transcription of verl's code, not verl."""
 
 import torch
 
@@ -20,8 +22,8 @@ def ref_gae(rewards, values, mask, gamma, lam):
     padding) carries the next value and the running advantage unchanged."""
     m = mask.to(values.dtype)
     B, T = values.shape
-    next_v = torch.zeros(B, dtype=values.dtype)
-    run = torch.zeros(B, dtype=values.dtype)
+    next_v = torch.zeros(B, dtype=values.dtype, device=values.device)
+    run = torch.zeros(B, dtype=values.dtype, device=values.device)
     advs = []
     for t in reversed(range(T)):
         delta = rewards[:, t] + gamma * next_v - values[:, t]
@@ -86,3 +88,45 @@ def ref_vanilla_policy_loss(old, new, adv, mask, mode, low=0.2, high=0.2, c=3.0)
     clip2 = torch.minimum(-adv * c, clip1)
     losses = torch.where(adv < 0, clip2, clip1)
     return ref_agg(losses, mask, mode)
+
+
+def ref_uid_index(index, device):
+    """verl's as_torch_index for uid strings: group numbers from np.unique
+    on the host, copied to the device."""
+    import numpy as np
+    _, inv = np.unique(np.asarray(index, dtype=object), return_inverse=True)
+    return torch.from_numpy(inv.astype(np.int64)).to(device)
+
+
+def ref_grpo_vectorized(rewards, mask, index, eps=1e-6, norm_by_std=True):
+    """verl's compute_grpo_vectorized_outcome_advantage with its
+    group_mean_std: sums by index_add_, the unbiased variance floored at
+    eps, and a group of one with mean 0 and std 1."""
+    scores = rewards.sum(dim=-1)
+    g = ref_uid_index(index, scores.device)
+    G = int(g.max()) + 1
+    zeros = torch.zeros(G, dtype=scores.dtype, device=scores.device)
+    count = zeros.index_add(0, g, torch.ones_like(scores))
+    s1 = zeros.index_add(0, g, scores)
+    s2 = zeros.index_add(0, g, scores * scores)
+    mean = s1 / count.clamp_min(1)
+    var = (s2 - s1 * s1 / count.clamp_min(1)) / (count - 1).clamp_min(1)
+    std = var.clamp_min(eps).sqrt()
+    single = count <= 1
+    mean = torch.where(single, torch.zeros_like(mean), mean)
+    std = torch.where(single, torch.ones_like(std), std)
+    s = scores - mean[g]
+    adv = (s / (std[g] + eps) if norm_by_std else s)[:, None] * mask
+    return adv, adv
+
+
+def ref_rloo_vectorized(rewards, mask, index):
+    """verl's compute_rloo_vectorized_outcome_advantage: with c the group's
+    size, (c * R - group sum) / (c - 1), 0 for a group of one."""
+    scores = rewards.sum(dim=-1)
+    g = ref_uid_index(index, scores.device)
+    c = torch.bincount(g)[g].to(scores.dtype)
+    sums = torch.bincount(g, weights=scores)[g].to(scores.dtype)
+    adv = (c * scores - sums) / (c - 1).clamp_min(1) * (c > 1)
+    adv = adv[:, None] * mask
+    return adv, adv

@@ -70,7 +70,7 @@ def objective(bundles):
     mask, data = batch(32, 200, 2)
     new = data["logp"] + 0.2 * torch.randn(32, 200)
     for device in ("cpu", "cuda"):
-        x = new.to(device).requires_grad_()
+        x = new.to(device).detach().requires_grad_()
         loss = obj.loss(logp_new=x, logp=data["logp"].to(device),
                         adv=data["value"].to(device), mask=mask.to(device),
                         aggregation="seq-mean-token-mean")

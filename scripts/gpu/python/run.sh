@@ -4,7 +4,9 @@
 # extension _cac against the CUDA torch of `python3`, puts the package
 # beside it and runs scripts/gpu/python/check.py (CUDA tensors against CPU
 # tensors through the same bundles, the current stream, no host sync on the
-# packed path). Logs go to $OUT (or /tmp).
+# packed path). With --baselines it then times the package against verl's
+# own forms on the GPU (bench/python/baselines.py; shapes in
+# BASELINE_SHAPES) into $OUT/baselines-cuda.md. Logs go to $OUT (or /tmp).
 set -uo pipefail
 out=${OUT:-/tmp}
 py=${PYTHON:-$(command -v python3)}
@@ -26,4 +28,12 @@ cp python/cac/*.py "$build/python/cac/"
 cp python/cac/methods/*.cac "$build/python/cac/methods/"
 PYTHONPATH="$build/python" "$py" scripts/gpu/python/check.py \
   --bundles "$PWD/.gpu-deps/stdlib-bundles" 2>&1 | tee "$out/python-check.log"
-exit "${PIPESTATUS[0]}"
+status=${PIPESTATUS[0]}
+if [ "${1:-}" = --baselines ]; then
+  PYTHONPATH="$build/python" "$py" bench/python/baselines.py --device "${BASELINE_DEVICE:-cuda}" \
+    --bundles "$PWD/.gpu-deps/stdlib-bundles:$PWD/.gpu-deps/python-bundles" \
+    --shapes "${BASELINE_SHAPES:-4096x4096,1024x4096,256x4096}" 2>&1 |
+    tee "$out/baselines-cuda.md"
+  [ "${PIPESTATUS[0]}" = 0 ] || status=1
+fi
+exit "$status"
