@@ -110,11 +110,17 @@ inline int mainOf(const char *program, int (*run)(int, char **), int argc,
   }
 }
 
-/// Median wall time of `fn` in milliseconds over `iters` runs (after one
-/// warm-up run); `sync` (if any) runs before the clock starts and before it
+/// Wall times of `iters` runs of `fn` in milliseconds (after one warm-up
+/// run): the median (the typical call) and the minimum (the call on an idle
+/// machine).
+struct Timing {
+  double median = 0.0, min = 0.0;
+};
+
+/// Times `fn`; `sync` (if any) runs before the clock starts and before it
 /// stops, so that asynchronous (GPU) work is counted.
-inline double medianMs(int iters, const std::function<void()> &fn,
-                       const std::function<void()> &sync = {}) {
+inline Timing timeCalls(int iters, const std::function<void()> &fn,
+                        const std::function<void()> &sync = {}) {
   fn();
   std::vector<double> ms;
   for (int i = 0; i < iters; ++i) {
@@ -128,7 +134,13 @@ inline double medianMs(int iters, const std::function<void()> &fn,
     ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
   }
   std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return {ms[ms.size() / 2], ms.front()};
+}
+
+/// The median of timeCalls.
+inline double medianMs(int iters, const std::function<void()> &fn,
+                       const std::function<void()> &sync = {}) {
+  return timeCalls(iters, fn, sync).median;
 }
 
 /// Copy bandwidth (bytes read + written per second) of a 256 MiB copy of
@@ -213,27 +225,42 @@ inline std::vector<double> randomInput(const rt::BufferSpec &bs, int64_t n,
   return v;
 }
 
+/// verl's masked_whiten: (x - mean) / sqrt(var + 1e-8) over the mask, with
+/// the unbiased variance.
+inline at::Tensor verlMaskedWhiten(const at::Tensor &x, const at::Tensor &mask) {
+  at::Tensor n = mask.sum();
+  at::Tensor mean = (x * mask).sum() / n;
+  at::Tensor var = ((x - mean).pow(2) * mask).sum() / n * (n / (n - 1));
+  return (x - mean) * at::rsqrt(var + 1e-8);
+}
+
 /// verl's compute_gae_advantage_return: a reverse loop over the token
 /// columns of padded [B, T] tensors (one small tensor operation per column,
-/// on the tensors' device).
-inline std::pair<at::Tensor, at::Tensor>
-verlGae(const at::Tensor &values, const at::Tensor &rewards, double gamma,
-        double lam) {
+/// on the tensors' device) that carries the next value and the running
+/// advantage across tokens whose mask is 0, then the whitening of the
+/// advantages over the mask. Returns (advantages before the whitening,
+/// returns, whitened advantages): the kernels compute the first two, verl
+/// returns the last two.
+struct VerlGae {
+  at::Tensor adv, returns, whitened;
+};
+inline VerlGae verlGae(const at::Tensor &values, const at::Tensor &rewards,
+                       const at::Tensor &mask, double gamma, double lam) {
   int64_t T = values.size(1);
+  at::Tensor nextvalues = at::zeros({values.size(0)}, values.options());
   at::Tensor lastgaelam = at::zeros({values.size(0)}, values.options());
   std::vector<at::Tensor> reversed;
   for (int64_t t = T - 1; t >= 0; --t) {
-    at::Tensor nextvalues = t < T - 1
-                                ? values.select(1, t + 1)
-                                : at::zeros({values.size(0)}, values.options());
-    at::Tensor delta =
-        rewards.select(1, t) + gamma * nextvalues - values.select(1, t);
-    lastgaelam = delta + gamma * lam * lastgaelam;
+    at::Tensor v = values.select(1, t), m = mask.select(1, t);
+    at::Tensor delta = rewards.select(1, t) + gamma * nextvalues - v;
+    at::Tensor cand = delta + gamma * lam * lastgaelam;
+    nextvalues = v * m + (1 - m) * nextvalues;
+    lastgaelam = cand * m + (1 - m) * lastgaelam;
     reversed.push_back(lastgaelam);
   }
   std::reverse(reversed.begin(), reversed.end());
   at::Tensor adv = at::stack(reversed, 1);
-  return {adv, adv + values};
+  return {adv, adv + values, verlMaskedWhiten(adv, mask)};
 }
 
 /// Sums the [B, T] token rewards into per-sample scores and gathers them
@@ -298,7 +325,10 @@ inline bool hasVerlLoop(const std::string &name) {
 
 /// Runs verl's loop for `name` on [B, T] tensors of `inputs`' device (the
 /// outcome reward on the last token, gae_dense's token rewards as they
-/// are); returns the advantage, flattened like the kernels' token output.
+/// are), with verl's masks and GAE's whitening, all inside the timed call;
+/// returns the advantage the kernels compute (GAE's before the whitening),
+/// flattened like the kernels' token output. A C++ transcription: it runs
+/// without Python's per-step overhead, so verl's own function is slower.
 inline at::Tensor runVerlLoop(const std::string &name,
                               const std::map<std::string, at::Tensor> &inputs,
                               int64_t B, int64_t T) {
@@ -312,7 +342,8 @@ inline at::Tensor runVerlLoop(const std::string &name,
   at::Tensor index = at::arange(B, at::kLong).div(8, "floor");
   at::Tensor adv;
   if (name == "gae" || name == "gae_dense")
-    adv = verlGae(inputs.at("value").view({B, T}), rewards, 1.0, 0.95).first;
+    adv = verlGae(inputs.at("value").view({B, T}), rewards, mask, 1.0, 0.95)
+              .adv;
   else if (name == "grpo")
     adv = verlGrpo(rewards, mask, index, 1e-6);
   else

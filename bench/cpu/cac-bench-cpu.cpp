@@ -7,16 +7,21 @@
 // of 8 sequences, a two-level tree per group for tree estimators), measured in
 // one run:
 //   eager    the eager LibTorch backend (cac_eager) on the padded batch: the
-//            reference, one tensor operation per dialect operation;
+//            reference, one tensor operation per dialect operation, its
+//            outputs made contiguous in the timed call;
 //   loop     the loop verl runs, for the methods verl has: gae and
 //            gae_dense (compute_gae_advantage_return, a loop over t of
-//            LibTorch column operations on token rewards), grpo and rloo (compute_grpo_outcome_advantage and
+//            LibTorch column operations on token rewards with the response
+//            mask, then masked_whiten), grpo and rloo
+//            (compute_grpo_outcome_advantage and
 //            compute_rloo_outcome_advantage: per-sample loops that gather each
-//            group's scores, then per-group statistics); here in C++, so
-//            without Python's per-iteration overhead;
+//            group's scores, then per-group statistics); a transcription in
+//            C++, so without Python's per-iteration overhead (verl's own
+//            function is slower: bench/python/baselines.py times that);
 //   compiled the bundle's host.so through the runtime (BundleEstimator::run,
 //            what cac-run calls), inputs already packed;
-// their ratios, the bytes of inputs and outputs per token, the compiled
+// each as the median (min) of --iters calls to the microsecond,
+// their ratios (of the medians), the bytes of inputs and outputs per token, the compiled
 // kernels' throughput, and the machine's copy bandwidth measured by the same
 // program. Prints a Markdown table (docs/benchmarks.md). A benchmark, not a
 // test: it checks only that eager and compiled agree (max |diff| column).
@@ -48,6 +53,13 @@
 
 using namespace cac::rt;
 using namespace cac::bench;
+
+/// "median (min)" in milliseconds to the microsecond.
+static std::string timingCell(const Timing &t) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.3f (%.3f)", t.median, t.min);
+  return buf;
+}
 
 static int run(int argc, char **argv) {
   std::string stdlibDir = "stdlib", bundlesDir;
@@ -86,9 +98,10 @@ static int run(int argc, char **argv) {
   std::printf("copy bandwidth: %.1f GB/s (read + write, 256 MiB, %d "
               "threads); eager on CPU kernels %s\n\n",
               bw / 1e9, threads, cac::rt::cpuKernelSet().c_str());
-  std::printf("| method | B x T | kernels | eager ms | loop ms | compiled ms | "
-              "eager / compiled | loop / compiled | bytes/token | compiled "
-              "GB/s | of copy bw | max abs diff |\n");
+  std::printf("ms: median (min) of %d calls\n\n", iters);
+  std::printf("| method | B x T | kernels | eager ms | C++ verl loop ms | "
+              "compiled ms | eager / compiled | loop / compiled | bytes/token | "
+              "compiled GB/s | of copy bw | max abs diff |\n");
   std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | "
               "--- | --- |\n");
 
@@ -162,7 +175,10 @@ static int run(int argc, char **argv) {
 
       cac::PaddedBatch padded = cac::padBatch(batch, torch::kFloat32);
       std::vector<cac::PaddedOutput> eagerOut;
-      double eagerMs = medianMs(iters, [&] {
+      // The eager outputs are made contiguous inside the timer: a seq value
+      // broadcast to tokens is otherwise a lazy expand() view, and the
+      // kernels write every token.
+      Timing eager = timeCalls(iters, [&] {
         auto r = cac::runEagerPadded(*module, padded);
         if (!r) {
           std::fprintf(stderr, "%s: %s\n", name.c_str(),
@@ -170,13 +186,16 @@ static int run(int argc, char **argv) {
           std::exit(1);
         }
         eagerOut = std::move(*r);
+        for (cac::PaddedOutput &o : eagerOut)
+          o.values = o.values.contiguous();
       });
 
       RunOptions opts;
       opts.numThreads = threads;
       TensorMap out;
-      double compiledMs =
-          medianMs(iters, [&] { out = est.run(inputs, pbatch, params, opts); });
+      Timing compiled =
+          timeCalls(iters, [&] { out = est.run(inputs, pbatch, params, opts); });
+      double compiledMs = compiled.median;
 
       // Agreement: every eager output against the compiled one.
       double maxDiff = 0.0;
@@ -194,7 +213,7 @@ static int run(int argc, char **argv) {
       std::string loopMs = "—", loopRatio = "—";
       if (hasVerlLoop(name)) {
         at::Tensor loopAdv;
-        double ms = medianMs(
+        Timing loop = timeCalls(
             iters, [&] { loopAdv = runVerlLoop(name, inputs, B, T); });
         // The baseline computes what the kernels compute.
         maxDiff = std::max(
@@ -203,19 +222,19 @@ static int run(int argc, char **argv) {
                          .abs()
                          .max()
                          .item<double>());
+        loopMs = timingCell(loop);
         char buf[64];
-        std::snprintf(buf, sizeof buf, "%.2f", ms);
-        loopMs = buf;
-        std::snprintf(buf, sizeof buf, "%.1fx", ms / compiledMs);
+        std::snprintf(buf, sizeof buf, "%.1fx", loop.median / compiledMs);
         loopRatio = buf;
       }
 
       double bytes = ioBytes(m, N, B, G, G + B);
       double gbps = bytes / (compiledMs * 1e-3) / 1e9;
-      std::printf("| %s | %lld x %lld | %zu | %.2f | %s | %.2f | %.1fx | %s | "
+      std::printf("| %s | %lld x %lld | %zu | %s | %s | %s | %.1fx | %s | "
                   "%.1f | %.2f | %.0f%% | %.1e |\n",
                   name.c_str(), (long long)B, (long long)T, m.kernels.size(),
-                  eagerMs, loopMs.c_str(), compiledMs, eagerMs / compiledMs,
+                  timingCell(eager).c_str(), loopMs.c_str(),
+                  timingCell(compiled).c_str(), eager.median / compiledMs,
                   loopRatio.c_str(), bytes / double(N), gbps,
                   100.0 * gbps * 1e9 / bw, maxDiff);
       std::fflush(stdout);
