@@ -192,17 +192,9 @@ namespace {
 /// Refuses a config whose float32 weights alone exceed this machine's
 /// memory (a config.json of 1e9 layers), before anything is allocated;
 /// training needs several times the weights, so this never refuses a model
-/// that could train. Counted in doubles: the products overflow int64.
+/// that could train.
 void checkWeightsFit(const ModelConfig &c, const std::string &src) {
-  double hidden = static_cast<double>(c.hiddenSize);
-  double q = static_cast<double>(c.numAttentionHeads * c.headDimension());
-  double kv = static_cast<double>(c.numKeyValueHeads * c.headDimension());
-  double perLayer = hidden * (2 * q + 2 * kv) +
-                    3 * hidden * static_cast<double>(c.intermediateSize) +
-                    2 * hidden;
-  double params = static_cast<double>(c.numHiddenLayers) * perLayer +
-                  static_cast<double>(c.vocabSize) * hidden *
-                      (c.tieWordEmbeddings ? 1 : 2);
+  double params = c.numParameters();
   double bytes = 4 * params;
   double memory = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
                   static_cast<double>(::sysconf(_SC_PAGESIZE));
@@ -220,6 +212,19 @@ void checkWeightsFit(const ModelConfig &c, const std::string &src) {
 }
 
 } // namespace
+
+double ModelConfig::numParameters() const {
+  // In doubles: a config.json's products can overflow int64.
+  double hidden = static_cast<double>(hiddenSize);
+  double q = static_cast<double>(numAttentionHeads * headDimension());
+  double kv = static_cast<double>(numKeyValueHeads * headDimension());
+  double ffn = static_cast<double>(intermediateSize);
+  double attention = hidden * (2 * q + 2 * kv) + (attentionBias ? q + 2 * kv : 0);
+  double mlp = 3 * hidden * ffn + (mlpBias ? 2 * ffn + hidden : 0);
+  double perLayer = attention + mlp + 2 * hidden; // two RMSNorms
+  return static_cast<double>(numHiddenLayers) * perLayer + hidden +
+         static_cast<double>(vocabSize) * hidden * (tieWordEmbeddings ? 1 : 2);
+}
 
 void ModelConfig::validate(const std::string &src) const {
   auto positive = [&](int64_t v, const char *name) {

@@ -2,6 +2,7 @@
 
 #include "Phases.h"
 
+#include "cac/Runtime/Model/Architectures.h"
 #include "cac/Runtime/Model/Config.h"
 #include "cac/Runtime/Model/ModelIO.h"
 
@@ -34,6 +35,32 @@ ModelConfig builtinConfig(const Tokenizer &tokenizer, const ModelSpec &m) {
   return c;
 }
 
+/// A public architecture (random("ARCH", ...)) with the task tokenizer's
+/// special ids; the tokenizer's ids must fit its embedding.
+ModelConfig randomConfig(const Tokenizer &tokenizer, const ModelSpec &m) {
+  std::optional<ModelConfig> arch = publicArchitecture(m.arch);
+  std::string what = "random(\"" + m.arch + "\")";
+  if (!arch)
+    throw std::runtime_error(what + ": unknown architecture");
+  ModelConfig c = *arch;
+  if (m.layers > 0)
+    c.numHiddenLayers = m.layers;
+  if (m.maxPositions > 0)
+    c.maxPositionEmbeddings = m.maxPositions;
+  if (tokenizer.vocabSize() > c.vocabSize)
+    throw std::runtime_error(
+        what + ": the task's tokenizer has " +
+        std::to_string(tokenizer.vocabSize()) + " ids, more than the " +
+        std::to_string(c.vocabSize) + " rows of the architecture's embedding");
+  c.bosTokenId = tokenizer.bosId();
+  c.eosTokenIds.clear();
+  if (tokenizer.eosId())
+    c.eosTokenIds = {*tokenizer.eosId()};
+  c.padTokenId = tokenizer.padId();
+  c.validate(what);
+  return c;
+}
+
 /// A fresh copy of \p m's architecture on \p device (weights are loaded
 /// later).
 TransformerLM cloneArchitecture(const TransformerLM &m, at::Device device) {
@@ -63,6 +90,16 @@ TransformerLM makeModel(const TaskSource &task, const ModelSpec &m,
                         bool valueHead) {
   if (m.kind == ModelSpec::Kind::Builtin)
     return TransformerLM(builtinConfig(*task.tokenizer, m), valueHead);
+  if (m.kind == ModelSpec::Kind::Random) {
+    TransformerLM model(randomConfig(*task.tokenizer, m), valueHead);
+    if (m.seed) {
+      // The weights from their own seed, so that a model's weights do not
+      // depend on what else the run draws first.
+      at::Generator g = at::detail::createCPUGenerator(uint64_t(*m.seed));
+      model->initWeights(0.02, g);
+    }
+    return model;
+  }
   LoadOptions lo;
   lo.valueHead = valueHead ? ValueHeadMode::With : ValueHeadMode::Without;
   return loadPretrained(m.path, lo);

@@ -10,10 +10,10 @@ namespace cac::rt::train {
 
 bool TaskSource::load(const TrainConfig &config, DiagnosticEngine &diag) {
   cfg = &config;
-  if (cfg->model.kind == ModelSpec::Kind::Builtin)
+  if (cfg->model.charTokenizer())
     tokenizer = std::make_unique<CharTokenizer>();
   else
-    tokenizer = loadTokenizer(cfg->model.path);
+    tokenizer = loadTokenizer(cfg->model.tokenizerFolder());
   eosId = tokenizer->eosId().value_or(-1);
   padId = tokenizer->padId().value_or(eosId >= 0 ? eosId : 0);
   const TaskSpec &t = cfg->task;

@@ -161,11 +161,10 @@ void checkAcrossFields(const TrainConfig &cfg, DiagnosticEngine &diag) {
                    ") exceeds the sequences per step (prompts * n = " +
                    std::to_string(batch) + ")");
   if (cfg.critic.kind == CriticSpec::Kind::ValueModel &&
-      cfg.critic.model.kind == ModelSpec::Kind::Builtin &&
-      cfg.model.kind != ModelSpec::Kind::Builtin)
+      cfg.critic.model.charTokenizer() && !cfg.model.charTokenizer())
     diag.error(cfg.critic.loc,
-               "a builtin critic needs a builtin policy (it uses the "
-               "builtin character tokenizer)");
+               "a critic on the built-in character tokenizer needs a policy "
+               "on it too (builtin, or random without a tokenizer folder)");
 }
 
 } // namespace

@@ -7,7 +7,43 @@
 
 #include "TrainFileChecker.h"
 
+#include "cac/Runtime/Model/Architectures.h"
+
 namespace cac::rt::train::schema {
+
+namespace {
+
+/// random("ARCH", layers = N, seed = S, max_positions = P,
+/// tokenizer = "FOLDER").
+bool parseRandomModel(Checker &c, const Value &v, ModelSpec &m) {
+  Args a(c, v, {"arch", "layers", "seed", "max_positions", "tokenizer"},
+         {"arch"});
+  if (!a.require("arch"))
+    return false;
+  a.str("arch", m.arch);
+  std::optional<ModelConfig> arch = publicArchitecture(m.arch);
+  if (!arch) {
+    std::string names;
+    for (const std::string &n : publicArchitectureNames())
+      names += (names.empty() ? "" : ", ") + n;
+    c.diag().error(a.get("arch")->loc, "unknown architecture '" + m.arch +
+                                           "' (architectures: " + names + ")");
+    return false;
+  }
+  m.layers = 0, m.maxPositions = 0;
+  a.integer("layers", m.layers, 1, arch->numHiddenLayers);
+  a.integer("max_positions", m.maxPositions, 16, arch->maxPositionEmbeddings);
+  if (a.get("seed")) {
+    int64_t seed = 0;
+    a.integer("seed", seed, 0, int64_t(1) << 53);
+    m.seed = seed;
+  }
+  a.path("tokenizer", m.tokenizerPath);
+  m.kind = ModelSpec::Kind::Random;
+  return a.ok();
+}
+
+} // namespace
 
 bool parseModel(Checker &c, const Value &v, ModelSpec &m,
                 const std::string &what) {
@@ -53,6 +89,8 @@ bool parseModel(Checker &c, const Value &v, ModelSpec &m,
     m.kind = ModelSpec::Kind::Builtin;
     return true;
   }
+  if (isCall(v, "random"))
+    return parseRandomModel(c, v, m);
   if (isCall(v, "hf")) {
     Args a(c, v, {"path"}, {"path"});
     if (!a.require("path"))
@@ -61,7 +99,9 @@ bool parseModel(Checker &c, const Value &v, ModelSpec &m,
     m.kind = ModelSpec::Kind::HuggingFace;
     return a.ok();
   }
-  c.expected(v, what, "builtin(\"tiny\"|\"small\", ...) or hf(\"FOLDER\")");
+  c.expected(v, what,
+             "builtin(\"tiny\"|\"small\", ...), random(\"ARCH\", ...) or "
+             "hf(\"FOLDER\")");
   return false;
 }
 

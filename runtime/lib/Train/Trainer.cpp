@@ -86,6 +86,8 @@ struct Trainer::Impl : TrainerState {
     };
     if (cfg.model.kind == ModelSpec::Kind::HuggingFace)
       exists(cfg.model.path, cfg.model.loc, "model folder");
+    if (cfg.model.kind == ModelSpec::Kind::Random && !cfg.model.charTokenizer())
+      exists(cfg.model.tokenizerPath, cfg.model.loc, "tokenizer folder");
     if (cfg.critic.kind == CriticSpec::Kind::ValueModel &&
         cfg.critic.model.kind == ModelSpec::Kind::HuggingFace)
       exists(cfg.critic.model.path, cfg.critic.model.loc, "critic folder");
@@ -483,8 +485,8 @@ struct Trainer::Impl : TrainerState {
         }
     try {
       savePretrained(*models.policy, cfg.out / "final");
-      if (cfg.model.kind == ModelSpec::Kind::HuggingFace)
-        copyTokenizerFiles(cfg.model.path, cfg.out / "final");
+      if (!cfg.model.charTokenizer())
+        copyTokenizerFiles(cfg.model.tokenizerFolder(), cfg.out / "final");
     } catch (const std::exception &e) {
       throw TrainError(std::string("writing the final model: ") + e.what());
     }

@@ -2,7 +2,11 @@
 
 #include "test-util.h"
 
+#include "cac/Runtime/Model/Architectures.h"
 #include "cac/Runtime/Model/Config.h"
+#include "cac/Runtime/Model/Transformer.h"
+
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -181,4 +185,36 @@ TEST(Config, WeightsThatCannotFitAreRefusedUpFront) {
   EXPECT_NE(msg.find("GiB of memory"), std::string::npos) << msg;
   j = qwen25Config();
   EXPECT_NO_THROW(ModelConfig::fromJson(j, "some/config.json"));
+}
+
+TEST(Architectures, PublicShapesHaveThePublishedParameterCounts) {
+  // The totals of the public checkpoints' safetensors (tied embeddings).
+  std::map<std::string, double> published = {{"qwen2.5-0.5b", 494032768.0},
+                                             {"qwen2.5-1.5b", 1543714304.0},
+                                             {"llama-3.2-1b", 1235814400.0}};
+  ASSERT_EQ(publicArchitectureNames().size(), published.size());
+  for (const std::string &name : publicArchitectureNames()) {
+    std::optional<ModelConfig> c = publicArchitecture(name);
+    ASSERT_TRUE(c) << name;
+    EXPECT_NO_THROW(c->validate(name));
+    EXPECT_EQ(c->numParameters(), published.at(name)) << name;
+    // The config.json form reads back as the same config.
+    EXPECT_EQ(ModelConfig::fromJson(c->toJson()), *c) << name;
+  }
+  EXPECT_FALSE(publicArchitecture("qwen2.5-7b"));
+}
+
+TEST(Architectures, TheModulesHaveTheCountedParameters) {
+  // One layer of Qwen2.5-0.5B (its 136M embedding included) and of a
+  // llama with MLP biases: what numParameters counts is what is built.
+  ModelConfig c = *publicArchitecture("qwen2.5-0.5b");
+  c.numHiddenLayers = 1;
+  TransformerLM qwen(c);
+  EXPECT_EQ(double(qwen->numParameters()), c.numParameters());
+  ModelConfig l = ModelConfig::builtinSmall(50);
+  l.mlpBias = true;
+  l.attentionBias = true;
+  l.tieWordEmbeddings = false;
+  TransformerLM llama(l);
+  EXPECT_EQ(double(llama->numParameters()), l.numParameters());
 }

@@ -536,3 +536,42 @@ TEST(TrainFile, JsonlTask) {
             std::string::npos)
       << r.errors;
 }
+
+TEST(TrainFile, RandomPublicArchitecture) {
+  auto file = [](const std::string &model) {
+    return "train t {\n  model = " + model +
+           "\n  task = arith()\n  estimator = \"grpo.cac\"\n  steps = 1\n}\n";
+  };
+  Result r = check(file("random(\"qwen2.5-0.5b\", layers = 2, seed = 7, "
+                        "tokenizer = \"tok\")"),
+                   "dir/t.cac");
+  ASSERT_TRUE(r.cfg) << r.errors;
+  const ModelSpec &m = r.cfg->model;
+  EXPECT_EQ(m.kind, ModelSpec::Kind::Random);
+  EXPECT_EQ(m.arch, "qwen2.5-0.5b");
+  EXPECT_EQ(m.layers, 2);
+  EXPECT_EQ(m.maxPositions, 0); // the architecture's
+  ASSERT_TRUE(m.seed.has_value());
+  EXPECT_EQ(*m.seed, 7);
+  EXPECT_EQ(m.tokenizerPath, std::filesystem::path("dir/tok"));
+  EXPECT_FALSE(m.charTokenizer());
+
+  r = check(file("random(\"llama-3.2-1b\")"));
+  ASSERT_TRUE(r.cfg) << r.errors;
+  EXPECT_EQ(r.cfg->model.layers, 0);
+  EXPECT_FALSE(r.cfg->model.seed.has_value());
+  EXPECT_TRUE(r.cfg->model.charTokenizer());
+
+  r = check(file("random(\"qwen3-8b\")"));
+  EXPECT_NE(r.errors.find("t.cac:2:18: error: unknown architecture 'qwen3-8b' "
+                          "(architectures: qwen2.5-0.5b, qwen2.5-1.5b, "
+                          "llama-3.2-1b)"),
+            std::string::npos)
+      << r.errors;
+  // More layers than the architecture has.
+  r = check(file("random(\"qwen2.5-0.5b\", layers = 25)"));
+  EXPECT_NE(r.errors.find("t.cac:2:43: error: 'layers' of 'random' must be in "
+                          "[1, 24], got 25"),
+            std::string::npos)
+      << r.errors;
+}

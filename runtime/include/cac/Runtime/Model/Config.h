@@ -70,6 +70,12 @@ struct ModelConfig {
   /// 4 layers, 4 heads, 2 KV heads, SwiGLU 384, tied embeddings.
   static ModelConfig builtinSmall(int64_t vocabSize);
 
+  /// The number of weights of the model this config describes (embeddings,
+  /// every layer's projections, biases and norms, the final norm, an untied
+  /// output head), as a double: a config.json's products can overflow
+  /// int64.
+  double numParameters() const;
+
   /// Throws std::runtime_error (prefixed with \p source) if the numbers are
   /// inconsistent (non-positive sizes, heads not dividing, odd head dim).
   void validate(const std::string &source = "config") const;

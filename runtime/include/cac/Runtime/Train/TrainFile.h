@@ -44,15 +44,36 @@ namespace cac::rt::train {
 
 /// The policy (or a critic) model.
 struct ModelSpec {
-  enum class Kind { Builtin, HuggingFace };
+  enum class Kind { Builtin, HuggingFace, Random };
   Kind kind = Kind::Builtin;
   /// builtin: "tiny", "small" or "custom" (all sizes given).
   std::string size = "tiny";
+  /// random: a public architecture (Model/Architectures.h) with random
+  /// weights; `layers` and `maxPositions` replace its own where given
+  /// (0: the architecture's), `seed` seeds the weights (else the run's
+  /// seed does).
+  std::string arch;
+  std::optional<int64_t> seed;
+  /// random: the folder whose tokenizer.json the task uses (resolved
+  /// against the training file's folder); empty: the built-in character
+  /// tokenizer.
+  std::filesystem::path tokenizerPath;
   int64_t hidden = 64, layers = 2, heads = 4, kvHeads = 2, ffn = 192;
   int64_t maxPositions = 256;
   /// hf: the model folder (resolved against the training file's folder).
   std::filesystem::path path;
   SourceLoc loc;
+
+  /// Whether the task uses the built-in character tokenizer with this
+  /// model (builtin models, random ones without a tokenizer folder).
+  bool charTokenizer() const {
+    return kind == Kind::Builtin ||
+           (kind == Kind::Random && tokenizerPath.empty());
+  }
+  /// The folder of the tokenizer otherwise.
+  const std::filesystem::path &tokenizerFolder() const {
+    return kind == Kind::Random ? tokenizerPath : path;
+  }
 };
 
 /// Where prompts and rewards come from.
