@@ -229,9 +229,9 @@ void readMerges(const json &model, const std::string &source,
     if (made == vocab.end())
       throw fail("merge #" + std::to_string(rank) + " makes '" + a + b +
                  "', which is not in the vocabulary");
-    // The first occurrence of a duplicated merge keeps its rank.
-    merges.emplace(mergeKey(vocab.at(a), vocab.at(b)),
-                   BpeMerge{rank++, made->second});
+    // A duplicated merge takes the rank of its last occurrence, as in
+    // Hugging Face's tokenizers (whose map of merges keeps the last).
+    merges[mergeKey(vocab.at(a), vocab.at(b))] = BpeMerge{rank++, made->second};
   }
 }
 

@@ -415,3 +415,16 @@ TEST(BpeTokenizer, SplitsLongTextInOnePass) {
   EXPECT_GT(count, s.size() / 8);
   EXPECT_EQ(t->decode(t->encode(s)), s);
 }
+
+TEST(BpeTokenizer, DuplicatedMergeTakesItsLastRank) {
+  // Hugging Face's tokenizers: merges ["a b", "b c", "a b"] make "abc"
+  // a + bc (the second "a b" ranks after "b c"), and ["b c", "a b", "b c"]
+  // make ab + c.
+  json j = tinyTokenizerJson();
+  j["model"]["merges"] = {"a b", "b c", "a b"};
+  auto t = BpeTokenizer::fromJson(j, "dup");
+  EXPECT_EQ(t->encode("abc"), (Ids{'a', id(*t, "bc")}));
+  j["model"]["merges"] = {"b c", "a b", "b c"};
+  t = BpeTokenizer::fromJson(j, "dup");
+  EXPECT_EQ(t->encode("abc"), (Ids{id(*t, "ab"), 'c'}));
+}
