@@ -22,8 +22,8 @@
 #include <fstream>
 #include <iostream>
 #include <random>
-#include <time.h>
 #include <sstream>
+#include <time.h>
 
 using namespace cac::rt;
 
@@ -47,9 +47,9 @@ std::pair<double, double> medianSeconds(const std::filesystem::path &folder,
     double c0 = threadCpuSeconds();
     ids = tok->encode(text).size();
     cpu.push_back(threadCpuSeconds() - c0);
-    wall.push_back(std::chrono::duration<double>(
-                       std::chrono::steady_clock::now() - t0)
-                       .count());
+    wall.push_back(
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0)
+            .count());
   }
   std::sort(wall.begin(), wall.end());
   std::sort(cpu.begin(), cpu.end());

@@ -58,7 +58,7 @@ bool parseArgs(int argc, char **argv, Options &o, int &exitCode) {
       o.folder = a;
     }
   }
-  const char *wrong = o.decode && o.addSpecial ? "--add-special-tokens"
+  const char *wrong = o.decode && o.addSpecial     ? "--add-special-tokens"
                       : !o.decode && o.skipSpecial ? "--skip-special-tokens"
                                                    : nullptr;
   if (o.folder.empty() || wrong) {
