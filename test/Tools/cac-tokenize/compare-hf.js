@@ -1,8 +1,9 @@
 // cac-tokenize against Hugging Face's tokenizers (the Rust library, as the
 // npm package @anush008/tokenizers) on the real Qwen3 tokenizer.json, over
 // real multilingual text: every translated string of the gettext catalogues
-// (.mo files) under /usr/share/locale, and each string's NFD form (which the
-// NFC normalizer must bring back). Ids must be equal line for line, and
+// (.mo files) under /usr/share/locale, each string's NFD form (which the NFC
+// normalizer must bring back), and some of both between Qwen's chat markers
+// and other added tokens. Ids must be equal line for line, and
 // decoding cac's ids must give the NFC text back.
 //
 //   node compare-hf.js CAC_TOKENIZE DEPS_DIR [MAX_LINES]
@@ -83,16 +84,24 @@ async function main() {
                 "/usr/share/locale");
     process.exit(1);
   }
+  // Each text, its NFD form where that differs, and every tenth text
+  // between Qwen's chat markers and other added tokens (matched before
+  // normalization, the text between them normalized on its own).
   const inputs = [];
-  let nfdDiffers = 0;
-  for (const t of texts) {
+  let nfdDiffers = 0, chat = 0;
+  texts.forEach((t, k) => {
     inputs.push(t);
     const d = t.normalize("NFD");
     if (d !== t) {
       inputs.push(d);
       ++nfdDiffers;
     }
-  }
+    if (k % 10 === 0) {
+      inputs.push(`<|im_start|>user ${d}<|im_end|><|im_start|>assistant ` +
+                  `<think></think>${t}<tool_call>${d}</tool_call><|im_end|>`);
+      ++chat;
+    }
+  });
   const hf = Tokenizer.fromFile(path.join(folder, "tokenizer.json"));
   const ours = execFileSync(cacTokenize, [folder], {
     input: inputs.join("\n") + "\n", maxBuffer: 1 << 30 }).toString()
@@ -113,7 +122,8 @@ async function main() {
       console.log(`mismatch: ${JSON.stringify(inputs[k])}: ${why}`);
   }
   console.log(`${inputs.length} lines (${texts.length} translated, ` +
-              `${nfdDiffers} NFD forms; ${nonNfc} not NFC) from ` +
+              `${nfdDiffers} NFD forms, ${chat} with chat markers; ` +
+              `${nonNfc} not NFC) from ` +
               `${perFile.length} catalogues`);
   console.log(`${inputs.length - failed} passed, ${failed} failed`);
   process.exit(failed ? 1 : 0);
