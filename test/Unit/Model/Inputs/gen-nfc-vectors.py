@@ -58,11 +58,14 @@ def main():
     # Long runs of marks out of order (canonical ordering at length).
     for _ in range(20):
         inputs.append("a" + "".join(rng.choice(marks) for _ in range(300)))
-    json.dump({"unicode": unicodedata.unidata_version,
-               "python": sys.version.split()[0],
-               "vectors": [[s, nfc(s)] for s in inputs]},
-              sys.stdout, ensure_ascii=False, indent=0)
-    sys.stdout.write("\n")
+    # One vector a line.
+    out = sys.stdout
+    out.write('{"unicode": %s, "python": %s, "vectors": [\n'
+              % (json.dumps(unicodedata.unidata_version),
+                 json.dumps(sys.version.split()[0])))
+    out.write(",\n".join(json.dumps([s, nfc(s)], ensure_ascii=False)
+                         for s in inputs))
+    out.write("\n]}\n")
 
 
 if __name__ == "__main__":
