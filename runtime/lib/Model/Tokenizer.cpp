@@ -8,8 +8,6 @@
 
 #include <algorithm>
 #include <array>
-#include <functional>
-#include <limits>
 #include <stdexcept>
 
 namespace fs = std::filesystem;
