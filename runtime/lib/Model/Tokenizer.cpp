@@ -1,12 +1,13 @@
 //===- Tokenizer.cpp - Character and byte-level BPE tokenizers ------------===//
 
 #include "cac/Runtime/Model/Tokenizer.h"
+#include "PreTokenizer.h"
+#include "cac/Runtime/Model/BpeMerges.h"
+#include "cac/Runtime/Model/Unicode.h"
 #include "cac/Runtime/Support/FileUtil.h"
 
 #include <algorithm>
 #include <array>
-#include <functional>
-#include <limits>
 #include <stdexcept>
 
 namespace fs = std::filesystem;
@@ -104,194 +105,10 @@ std::string CharTokenizer::idToToken(int64_t id) const {
 }
 
 //===----------------------------------------------------------------------===//
-// Unicode helpers
+// Byte-level helpers
 //===----------------------------------------------------------------------===//
 
 namespace {
-
-/// Decodes one UTF-8 code point at \p i and advances \p i; an invalid byte
-/// decodes as U+FFFD and advances by one.
-uint32_t nextCodePoint(std::string_view s, size_t &i) {
-  unsigned char c = static_cast<unsigned char>(s[i]);
-  int len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3
-                                           : (c >> 3) == 30  ? 4
-                                                             : 0;
-  if (len == 0 || i + len > s.size()) {
-    ++i;
-    return 0xFFFD;
-  }
-  uint32_t cp = len == 1 ? c : c & (0x7F >> len);
-  for (int k = 1; k < len; ++k) {
-    unsigned char cc = static_cast<unsigned char>(s[i + k]);
-    if ((cc >> 6) != 2) {
-      ++i;
-      return 0xFFFD;
-    }
-    cp = (cp << 6) | (cc & 0x3F);
-  }
-  i += len;
-  return cp;
-}
-
-void appendUtf8(std::string &out, uint32_t cp) {
-  if (cp < 0x80) {
-    out.push_back(static_cast<char>(cp));
-  } else if (cp < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (cp >> 6)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else if (cp < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (cp >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (cp >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((cp >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (cp & 0x3F)));
-  }
-}
-
-enum class CharClass { Letter, Number, Space, Other };
-
-struct Range {
-  uint32_t lo, hi;
-};
-
-// \p{L}, \p{N} and \s above ASCII, generated from the Unicode database.
-#include "UnicodeTables.inc"
-
-template <size_t N> bool inRanges(uint32_t cp, const Range (&ranges)[N]) {
-  const Range *it = std::upper_bound(
-      ranges, ranges + N, cp,
-      [](uint32_t c, const Range &r) { return c < r.lo; });
-  return it != ranges && cp <= (it - 1)->hi;
-}
-
-CharClass classify(uint32_t cp) {
-  if (cp < 0x80) {
-    if ((cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z'))
-      return CharClass::Letter;
-    if (cp >= '0' && cp <= '9')
-      return CharClass::Number;
-    if (cp == ' ' || (cp >= 0x09 && cp <= 0x0D))
-      return CharClass::Space;
-    return CharClass::Other;
-  }
-  if (inRanges(cp, kSpaceRanges))
-    return CharClass::Space;
-  if (inRanges(cp, kNumberRanges))
-    return CharClass::Number;
-  if (inRanges(cp, kLetterRanges))
-    return CharClass::Letter;
-  return CharClass::Other;
-}
-
-/// A decoded code point with its byte offset and class.
-struct Cp {
-  uint32_t cp;
-  size_t byte;
-  CharClass cls;
-};
-
-std::vector<Cp> decodeAll(std::string_view text) {
-  std::vector<Cp> out;
-  out.reserve(text.size());
-  size_t i = 0;
-  while (i < text.size()) {
-    size_t at = i;
-    uint32_t cp = nextCodePoint(text, i);
-    out.push_back({cp, at, classify(cp)});
-  }
-  return out;
-}
-
-uint32_t toLowerAscii(uint32_t c) {
-  return (c >= 'A' && c <= 'Z') ? c + 32 : c;
-}
-
-/// Length (in code points) of a contraction 's 't 're 've 'm 'll 'd at \p i,
-/// or 0.
-size_t contraction(const std::vector<Cp> &c, size_t i, bool ignoreCase) {
-  if (c[i].cp != '\'')
-    return 0;
-  auto at = [&](size_t k) -> uint32_t {
-    if (k >= c.size())
-      return 0;
-    return ignoreCase ? toLowerAscii(c[k].cp) : c[k].cp;
-  };
-  uint32_t a = at(i + 1), b = at(i + 2);
-  if (a == 's' || a == 't')
-    return 2;
-  if ((a == 'r' || a == 'v') && b == 'e')
-    return 3;
-  if (a == 'm')
-    return 2;
-  if (a == 'l' && b == 'l')
-    return 3;
-  if (a == 'd')
-    return 2;
-  return 0;
-}
-
-size_t runOf(const std::vector<Cp> &c, size_t i, CharClass cls) {
-  while (i < c.size() && c[i].cls == cls)
-    ++i;
-  return i;
-}
-
-bool isNewline(uint32_t cp) { return cp == '\r' || cp == '\n'; }
-
-/// Whitespace rules shared by both styles: `\s+(?!\S)|\s+` at a space.
-size_t whitespaceEnd(const std::vector<Cp> &c, size_t i) {
-  size_t k = runOf(c, i, CharClass::Space);
-  if (k == c.size() || k - i == 1)
-    return k;
-  return k - 1; // leave one space to prefix the next word
-}
-
-/// End (code point index) of the piece starting at \p i, GPT-2 style.
-size_t gpt2Next(const std::vector<Cp> &c, size_t i) {
-  if (size_t n = contraction(c, i, /*ignoreCase=*/false))
-    return i + n;
-  size_t j = i + (c[i].cp == ' ' ? 1 : 0);
-  if (j < c.size() && c[j].cls != CharClass::Space)
-    return runOf(c, j, c[j].cls); // ` ?\p{L}+`, ` ?\p{N}+`, ` ?[^\s\p{L}\p{N}]+`
-  return whitespaceEnd(c, i);
-}
-
-/// End of the piece starting at \p i, Llama 3 / Qwen2 style.
-size_t llama3Next(const std::vector<Cp> &c, size_t i, int maxDigits) {
-  if (size_t n = contraction(c, i, /*ignoreCase=*/true))
-    return i + n;
-  CharClass cls = c[i].cls;
-  // [^\r\n\p{L}\p{N}]?\p{L}+
-  if (cls == CharClass::Letter)
-    return runOf(c, i, CharClass::Letter);
-  if (cls != CharClass::Number && !isNewline(c[i].cp) && i + 1 < c.size() &&
-      c[i + 1].cls == CharClass::Letter)
-    return runOf(c, i + 1, CharClass::Letter);
-  // \p{N}{1,K}
-  if (cls == CharClass::Number) {
-    size_t end = runOf(c, i, CharClass::Number);
-    if (maxDigits > 0)
-      end = std::min(end, i + static_cast<size_t>(maxDigits));
-    return end;
-  }
-  // ` ?[^\s\p{L}\p{N}]+[\r\n]*`
-  size_t j = i + (c[i].cp == ' ' ? 1 : 0);
-  if (j < c.size() && c[j].cls == CharClass::Other) {
-    size_t k = runOf(c, j, CharClass::Other);
-    while (k < c.size() && isNewline(c[k].cp))
-      ++k;
-    return k;
-  }
-  // \s*[\r\n]+
-  size_t k = runOf(c, i, CharClass::Space);
-  for (size_t m = k; m > i; --m)
-    if (isNewline(c[m - 1].cp))
-      return m;
-  return whitespaceEnd(c, i);
-}
 
 /// The GPT-2 byte → printable code point map.
 const std::array<uint32_t, 256> &byteToUnicode() {
@@ -336,13 +153,9 @@ const std::array<std::string, 256> &byteSymbols() {
   return syms;
 }
 
-std::string mergeKey(std::string_view a, std::string_view b) {
-  std::string k;
-  k.reserve(a.size() + b.size() + 1);
-  k.append(a);
-  k.push_back('\0');
-  k.append(b);
-  return k;
+/// The key of the merge of ids \p a and \p b (both below 2^32).
+uint64_t mergeKey(int64_t a, int64_t b) {
+  return (static_cast<uint64_t>(a) << 32) | static_cast<uint64_t>(b);
 }
 
 /// The token string of a tokenizer_config.json entry (a string or an object
@@ -377,11 +190,11 @@ int64_t readVocab(const json &model, const std::string &source,
   return maxId;
 }
 
-/// Reads model.merges (each "a b" or ["a", "b"]) into \p mergeRank, checking
+/// Reads model.merges (each "a b" or ["a", "b"]) into \p merges, checking
 /// that both parts and their concatenation are in \p vocab.
 void readMerges(const json &model, const std::string &source,
                 const std::unordered_map<std::string, int64_t> &vocab,
-                std::unordered_map<std::string, int64_t> &mergeRank) {
+                std::unordered_map<uint64_t, BpeMerge> &merges) {
   if (!model.contains("merges") || !model["merges"].is_array())
     return;
   auto fail = [&](const std::string &what) {
@@ -410,11 +223,13 @@ void readMerges(const json &model, const std::string &source,
       if (!vocab.count(*tok))
         throw fail("merge #" + std::to_string(rank) + " uses '" + *tok +
                    "', which is not in the vocabulary");
-    if (!vocab.count(a + b))
+    auto made = vocab.find(a + b);
+    if (made == vocab.end())
       throw fail("merge #" + std::to_string(rank) + " makes '" + a + b +
                  "', which is not in the vocabulary");
-    // The first occurrence of a duplicated merge keeps its rank.
-    mergeRank.emplace(mergeKey(a, b), rank++);
+    // A duplicated merge takes the rank of its last occurrence, as in
+    // Hugging Face's tokenizers (whose map of merges keeps the last).
+    merges[mergeKey(vocab.at(a), vocab.at(b))] = BpeMerge{rank++, made->second};
   }
 }
 
@@ -557,8 +372,8 @@ void addPostProcessor(
 // BpeTokenizer
 //===----------------------------------------------------------------------===//
 
-std::unique_ptr<BpeTokenizer> BpeTokenizer::fromJson(const json &j,
-                                                     const std::string &source) {
+std::unique_ptr<BpeTokenizer>
+BpeTokenizer::fromJson(const json &j, const std::string &source) {
   // A field of an unexpected JSON type (a number where a string belongs)
   // surfaces as a json exception from value()/get(); name the file.
   try {
@@ -584,10 +399,20 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::parse(const json &j,
   const json &model = j["model"];
   std::string type = model.value("type", std::string("BPE"));
   if (type != "BPE")
-    throw fail("model type '" + type + "' is not supported (only byte-level "
+    throw fail("model type '" + type +
+               "' is not supported (only byte-level "
                "BPE)");
+  // Ids index a dense table; a corrupt file must not make it huge.
+  constexpr int64_t kMaxVocab = 1 << 24;
+  auto checkMaxId = [&](int64_t maxId) {
+    if (maxId >= kMaxVocab)
+      throw fail("token id " + std::to_string(maxId) +
+                 " is implausibly large (limit " + std::to_string(kMaxVocab) +
+                 ")");
+  };
   int64_t maxId = readVocab(model, source, t->vocab_);
-  readMerges(model, source, t->vocab_, t->mergeRank_);
+  checkMaxId(maxId);
+  readMerges(model, source, t->vocab_, t->merges_);
   t->ignoreMerges_ = model.value("ignore_merges", false);
   if (model.contains("unk_token") && model["unk_token"].is_string()) {
     auto it = t->vocab_.find(model["unk_token"].get<std::string>());
@@ -603,23 +428,26 @@ std::unique_ptr<BpeTokenizer> BpeTokenizer::parse(const json &j,
                      return a->content.size() > b->content.size();
                    });
 
-  // Ids index a dense table; a corrupt file must not make it huge.
-  constexpr int64_t kMaxVocab = 1 << 24;
-  if (maxId >= kMaxVocab)
-    throw fail("token id " + std::to_string(maxId) + " is implausibly large "
-               "(limit " + std::to_string(kMaxVocab) + ")");
+  checkMaxId(maxId);
   if (maxId < 0)
     throw fail("the vocabulary is empty");
   t->vocabSize_ = maxId + 1;
   t->idToToken_.assign(static_cast<size_t>(t->vocabSize_), std::string());
   for (const auto &[tok, id] : t->vocab_)
     t->idToToken_[id] = tok;
+  for (int b = 0; b < 256; ++b) {
+    auto it = t->vocab_.find(byteSymbols()[b]);
+    t->byteIds_[b] = it == t->vocab_.end() ? -1 : it->second;
+  }
+  for (const AddedToken *a : t->addedByLength_)
+    t->addedFirstByte_[static_cast<unsigned char>(a->content[0])] = true;
 
-  // Normalizer: none, or NFC (treated as the identity).
+  // Normalizer: none, or NFC.
   if (j.contains("normalizer") && !j["normalizer"].is_null()) {
     std::string n = j["normalizer"].value("type", std::string());
     if (n != "NFC")
       throw fail("normalizer '" + n + "' is not supported (only none or NFC)");
+    t->nfc_ = true;
   }
 
   if (j.contains("pre_tokenizer") && !j["pre_tokenizer"].is_null())
@@ -650,97 +478,67 @@ BpeTokenizer::preTokenize(std::string_view text) const {
     pieces.push_back(text);
   for (const auto &[style, digits] : splits_) {
     std::vector<std::string_view> next;
-    for (std::string_view piece : pieces) {
-      if (style == SplitStyle::None || piece.empty()) {
-        next.push_back(piece);
-        continue;
-      }
-      std::vector<Cp> cps = decodeAll(piece);
-      size_t i = 0;
-      while (i < cps.size()) {
-        size_t end = style == SplitStyle::Gpt2 ? gpt2Next(cps, i)
-                                               : llama3Next(cps, i, digits);
-        if (end <= i)
-          end = i + 1; // cannot happen, but never loop forever
-        size_t b0 = cps[i].byte;
-        size_t b1 = end < cps.size() ? cps[end].byte : piece.size();
-        next.push_back(piece.substr(b0, b1 - b0));
-        i = end;
-      }
-    }
+    next.reserve(pieces.size());
+    for (std::string_view piece : pieces)
+      splitPiece(style, digits, piece, next);
     pieces = std::move(next);
   }
   return pieces;
 }
 
-void BpeTokenizer::bpe(const std::string &piece,
+void BpeTokenizer::bpe(std::string_view piece,
                        std::vector<int64_t> &out) const {
-  // `piece` is already byte-mapped.
+  // `piece` is raw text; its bytes map one to one onto the byte symbols.
+  std::string key(piece);
   {
     std::lock_guard<std::mutex> lock(cacheMutex_);
-    auto it = cache_.find(piece);
+    auto it = cache_.find(key);
     if (it != cache_.end()) {
       out.insert(out.end(), it->second.begin(), it->second.end());
       return;
     }
   }
   std::vector<int64_t> ids;
-  auto direct = vocab_.find(piece);
-  if (ignoreMerges_ && direct != vocab_.end()) {
-    ids.push_back(direct->second);
+  const auto &syms = byteSymbols();
+  std::optional<int64_t> direct;
+  if (ignoreMerges_) {
+    std::string mapped;
+    for (char c : piece)
+      mapped += syms[static_cast<unsigned char>(c)];
+    if (auto it = vocab_.find(mapped); it != vocab_.end())
+      direct = it->second;
+  }
+  if (direct) {
+    ids.push_back(*direct);
   } else {
-    // Symbols: one per code point of the byte-mapped piece.
-    std::vector<std::string> syms;
-    size_t i = 0;
-    while (i < piece.size()) {
-      size_t at = i;
-      nextCodePoint(piece, i);
-      syms.emplace_back(piece.substr(at, i - at));
-    }
-    while (syms.size() > 1) {
-      int64_t best = std::numeric_limits<int64_t>::max();
-      size_t bestAt = 0;
-      for (size_t k = 0; k + 1 < syms.size(); ++k) {
-        auto it = mergeRank_.find(mergeKey(syms[k], syms[k + 1]));
-        if (it != mergeRank_.end() && it->second < best) {
-          best = it->second;
-          bestAt = k;
-        }
-      }
-      if (best == std::numeric_limits<int64_t>::max())
-        break;
-      // Merge every occurrence of the best pair, left to right.
-      std::string a = syms[bestAt], b = syms[bestAt + 1];
-      std::vector<std::string> merged;
-      merged.reserve(syms.size());
-      for (size_t k = 0; k < syms.size(); ++k) {
-        if (k + 1 < syms.size() && syms[k] == a && syms[k + 1] == b) {
-          merged.push_back(a + b);
-          ++k;
-        } else {
-          merged.push_back(std::move(syms[k]));
-        }
-      }
-      syms = std::move(merged);
-    }
-    for (const std::string &s : syms) {
-      auto it = vocab_.find(s);
-      if (it != vocab_.end()) {
-        ids.push_back(it->second);
-      } else if (unkId_) {
-        ids.push_back(*unkId_);
-      } else {
-        throw std::runtime_error("tokenizer '" + source_ + "': symbol '" + s +
+    ids.reserve(piece.size());
+    for (char c : piece) {
+      int64_t id = byteIds_[static_cast<unsigned char>(c)];
+      if (id < 0 && !unkId_)
+        throw std::runtime_error("tokenizer '" + source_ + "': symbol '" +
+                                 syms[static_cast<unsigned char>(c)] +
                                  "' is not in the vocabulary and there is "
                                  "no unk_token");
-      }
+      ids.push_back(id);
     }
+    // A symbol outside the vocabulary (-1) merges with nothing.
+    applyBpeMerges(ids, [&](int64_t a, int64_t b) -> std::optional<BpeMerge> {
+      if (a < 0 || b < 0)
+        return std::nullopt;
+      auto it = merges_.find(mergeKey(a, b));
+      if (it == merges_.end())
+        return std::nullopt;
+      return it->second;
+    });
+    for (int64_t &id : ids)
+      if (id < 0)
+        id = *unkId_;
   }
   out.insert(out.end(), ids.begin(), ids.end());
   std::lock_guard<std::mutex> lock(cacheMutex_);
   if (cache_.size() > 200000)
     cache_.clear();
-  cache_.emplace(piece, std::move(ids));
+  cache_.emplace(std::move(key), std::move(ids));
 }
 
 std::vector<int64_t> BpeTokenizer::encode(std::string_view text,
@@ -753,28 +551,27 @@ std::vector<int64_t> BpeTokenizer::encode(std::string_view text,
   std::vector<int64_t> out;
   if (addSpecialTokens)
     out = prefixIds_;
-  const auto &syms = byteSymbols();
+  // Normalizer, then pre-tokenizer, then BPE, as Hugging Face runs them.
   auto encodeSegment = [&](std::string_view seg) {
-    std::string withPrefix;
+    std::string normalized, withPrefix;
+    if (nfc_) {
+      normalized = nfc(seg);
+      seg = normalized;
+    }
     if (addPrefixSpace_ && !seg.empty() && seg[0] != ' ') {
       withPrefix = " ";
       withPrefix.append(seg);
       seg = withPrefix;
     }
-    for (std::string_view piece : preTokenize(seg)) {
-      std::string mapped;
-      mapped.reserve(piece.size() * 2);
-      for (char c : piece)
-        mapped += syms[static_cast<unsigned char>(c)];
-      bpe(mapped, out);
-    }
+    for (std::string_view piece : preTokenize(seg))
+      bpe(piece, out);
   };
-  // Split on added tokens (the earliest match, longest first), then BPE the
-  // text between them.
+  // Split on added tokens (the earliest match, longest first), then encode
+  // the text between them.
   size_t start = 0, i = 0;
   while (i < text.size()) {
     const AddedToken *hit = nullptr;
-    if (!addedByLength_.empty()) {
+    if (addedFirstByte_[static_cast<unsigned char>(text[i])]) {
       for (const AddedToken *a : addedByLength_) {
         if (text.compare(i, a->content.size(), a->content) == 0) {
           hit = a;
@@ -811,13 +608,14 @@ std::string BpeTokenizer::decode(const std::vector<int64_t> &ids,
     }
     if (id < 0 || id >= vocabSize_ || idToToken_[id].empty())
       throw std::runtime_error("tokenizer '" + source_ + "': id " +
-                               std::to_string(id) + " is not in the "
+                               std::to_string(id) +
+                               " is not in the "
                                "vocabulary");
     const std::string &tok = idToToken_[id];
     size_t i = 0;
     while (i < tok.size()) {
       size_t at = i;
-      uint32_t cp = nextCodePoint(tok, i);
+      uint32_t cp = decodeUtf8(tok, i);
       int b = unicodeToByte(cp);
       if (b >= 0)
         out.push_back(static_cast<char>(b));
@@ -864,8 +662,8 @@ std::unique_ptr<Tokenizer> loadTokenizer(const fs::path &folder) {
     try {
       return json::parse(readFileToString(p));
     } catch (const json::exception &e) {
-      throw std::runtime_error("'" + p.string() + "': invalid JSON: " +
-                               e.what());
+      throw std::runtime_error("'" + p.string() +
+                               "': invalid JSON: " + e.what());
     }
   };
   json tc = readJson(folder / "tokenizer_config.json");
@@ -876,8 +674,8 @@ std::unique_ptr<Tokenizer> loadTokenizer(const fs::path &folder) {
       if (auto s = specialTokenString(tc[tokenKey])) {
         auto id = tok->tokenToId(*s);
         if (!id)
-          throw std::runtime_error("'" + (folder / "tokenizer_config.json")
-                                             .string() +
+          throw std::runtime_error("'" +
+                                   (folder / "tokenizer_config.json").string() +
                                    "': " + tokenKey + " '" + *s +
                                    "' is not a token of tokenizer.json");
         return id;

@@ -381,3 +381,50 @@ TEST(CharTokenizer, RejectsWhatItCannotRepresent) {
   EXPECT_ERROR([&] { t.decode({5, 99}); }, {"id 99", "out of range"});
   EXPECT_ERROR([&] { t.idToToken(-1); }, {"out of range"});
 }
+
+TEST(BpeTokenizer, NfcNormalizerComposesBeforeSplitting) {
+  // "e" + U+0301 is "é" in NFC, whose bytes C3 A9 merge ("Ã" + "©").
+  std::string decomposed = "caf" + utf8(0x65) + utf8(0x301);
+  auto plain = tinyTokenizer();
+  EXPECT_EQ(plain->encode(decomposed), (Ids{'c', 'a', 'f', 'e', 0xCC, 0x81}));
+  json j = tinyTokenizerJson();
+  j["normalizer"] = {{"type", "NFC"}};
+  auto t = BpeTokenizer::fromJson(j, "nfc");
+  Ids composed = {'c', 'a', 'f', id(*t, "Ã©")};
+  EXPECT_EQ(t->encode(decomposed), composed);
+  EXPECT_EQ(t->encode("caf" + utf8(0xE9)), composed);
+  // Added tokens are matched before normalization, and the text on each
+  // side normalizes on its own.
+  EXPECT_EQ(t->encode("e<|endoftext|>" + utf8(0x301)),
+            (Ids{'e', 265, 0xCC, 0x81}));
+}
+
+TEST(BpeTokenizer, SplitsLongTextInOnePass) {
+  // 4 MB of mixed runs: a split that rescanned would not finish.
+  auto t = tinyTokenizer();
+  std::string s;
+  for (int k = 0; s.size() < (4u << 20); ++k)
+    s += k % 3 ? "word   " : "\n\n  123 !!";
+  std::string joined;
+  size_t count = 0;
+  for (std::string_view p : t->preTokenize(s)) {
+    joined.append(p);
+    ++count;
+  }
+  EXPECT_EQ(joined, s);
+  EXPECT_GT(count, s.size() / 8);
+  EXPECT_EQ(t->decode(t->encode(s)), s);
+}
+
+TEST(BpeTokenizer, DuplicatedMergeTakesItsLastRank) {
+  // Hugging Face's tokenizers: merges ["a b", "b c", "a b"] make "abc"
+  // a + bc (the second "a b" ranks after "b c"), and ["b c", "a b", "b c"]
+  // make ab + c.
+  json j = tinyTokenizerJson();
+  j["model"]["merges"] = {"a b", "b c", "a b"};
+  auto t = BpeTokenizer::fromJson(j, "dup");
+  EXPECT_EQ(t->encode("abc"), (Ids{'a', id(*t, "bc")}));
+  j["model"]["merges"] = {"b c", "a b", "b c"};
+  t = BpeTokenizer::fromJson(j, "dup");
+  EXPECT_EQ(t->encode("abc"), (Ids{id(*t, "ab"), 'c'}));
+}

@@ -10,8 +10,11 @@
 #ifndef CAC_RUNTIME_MODEL_TOKENIZER_H
 #define CAC_RUNTIME_MODEL_TOKENIZER_H
 
+#include "cac/Runtime/Model/BpeMerges.h"
+
 #include <nlohmann/json.hpp>
 
+#include <array>
 #include <cstdint>
 #include <filesystem>
 #include <map>
@@ -102,9 +105,10 @@ struct AddedToken {
 /// \p{L}, \p{N} and \s tables generated from the Unicode database
 /// (UnicodeTables.inc); on random text over all of Unicode they split exactly
 /// as Python's `regex` module does with the original patterns. The NFC
-/// normalizer is treated as the identity (exact for text that is already
-/// NFC, which is nearly all text). Added-token flags (lstrip, rstrip,
-/// single_word, normalized) are ignored.
+/// normalizer is real NFC (Unicode.h). Pre-tokenization is linear in the
+/// text and the merges of a piece of n bytes take O(n log n) (BpeMerges.h).
+/// Added-token flags (lstrip, rstrip, single_word, normalized) are ignored:
+/// added tokens are matched in the text before normalization.
 class BpeTokenizer : public Tokenizer {
 public:
   /// Parses a tokenizer.json; \p source names it in error messages.
@@ -146,11 +150,17 @@ private:
   BpeTokenizer() = default;
   static std::unique_ptr<BpeTokenizer> parse(const nlohmann::json &j,
                                              const std::string &source);
-  void bpe(const std::string &piece, std::vector<int64_t> &out) const;
+  void bpe(std::string_view piece, std::vector<int64_t> &out) const;
 
   std::unordered_map<std::string, int64_t> vocab_;
   std::vector<std::string> idToToken_;
-  std::unordered_map<std::string, int64_t> mergeRank_;
+  /// Merges by (left id << 32 | right id).
+  std::unordered_map<uint64_t, BpeMerge> merges_;
+  /// The vocabulary id of each byte's symbol, or -1.
+  std::array<int64_t, 256> byteIds_{};
+  /// Whether some added token starts with the byte.
+  std::array<bool, 256> addedFirstByte_{};
+  bool nfc_ = false;
   std::map<int64_t, AddedToken> added_;
   std::unordered_map<std::string, int64_t> addedByContent_;
   /// Added-token contents sorted longest first, for matching.
