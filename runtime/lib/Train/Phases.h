@@ -175,6 +175,13 @@ struct UpdateStats {
   int64_t updates = 0;
 };
 
+/// On the CPU: throws a TrainError naming the numbers and the fields to
+/// lower where the step's rollouts of \p numPrompts prompts (at least the
+/// plan's rows per prompt each, of at least \p promptTokens prompt tokens)
+/// cannot fit in the available memory (MemAvailable).
+void checkRolloutMemory(const TrainerState &s, int64_t rlIndex,
+                        int64_t numPrompts, int64_t promptTokens);
+
 /// Generate: samples the step's rollouts and rewards them.
 StepBatch sampleStep(TrainerState &s, int64_t rlIndex);
 /// The plan's token accounting (the world's) into \p row.

@@ -95,6 +95,11 @@ StepBatch sampleStep(TrainerState &s, int64_t rlIndex) {
     problems.push_back(s.task.trainProblem(
         (uint64_t(1) << 40) + static_cast<uint64_t>(rlIndex * GP + p0 + i)));
     prompts.push_back(s.task.encodePrompt(problems.back()));
+    // Refused at the first prompt, before the other prompts are built,
+    // where the rollouts cannot fit.
+    if (i == 0)
+      checkRolloutMemory(s, rlIndex, p1 - p0,
+                         static_cast<int64_t>(prompts.back().size()));
   }
   s.models.policy->eval();
   batch.plan = sampleRollouts(s, problems, prompts, rlIndex, p0);

@@ -14,6 +14,7 @@
 #include "cac/Runtime/Model/Checkpoint.h"
 #include "cac/Runtime/Model/ModelIO.h"
 #include "cac/Runtime/Support/StopSignals.h"
+#include "cac/Runtime/Train/MemoryCheck.h"
 #include "cac/Runtime/Train/Trainer.h"
 
 #include <gtest/gtest.h>
@@ -475,3 +476,41 @@ TEST_F(ReliabilityTest, AFullDiskOnTheMetricsNamesTheFile) {
 }
 
 } // namespace
+
+//===----------------------------------------------------------------------===//
+// Memory
+//===----------------------------------------------------------------------===//
+
+TEST(RolloutMemory, TheEstimateCountsTheKvCacheAndTheLogits) {
+  ModelConfig c = ModelConfig::builtinSmall(40); // 4 layers, 2 KV heads of 32
+  RolloutMemory m = estimateRolloutMemory(c, 4, 10, 100);
+  EXPECT_EQ(m.kvCache, 10.0 * 100 * (2 * 4 * 2 * 32) * 4);
+  EXPECT_EQ(m.logits, 3.0 * 4 * 10 * 40);
+  EXPECT_EQ(m.total(), m.kvCache + m.logits);
+}
+
+// A batch that cannot fit is refused at the first prompt with
+// the estimate and the fields to lower, before anything is generated (and
+// before the other prompts are built).
+TEST_F(ReliabilityTest, ABatchThatCannotFitIsRefusedBeforeGenerating) {
+  // 1M prompts (the field's limit) x 4 rollouts of a model whose KV cache
+  // takes 128 KiB a token: about 4.5 TiB.
+  std::string src = source();
+  src.replace(src.find("prompts = 3"), 11, "prompts = 1000000");
+  src.replace(src.find("hidden = 16, layers = 1, heads = 2, kv_heads = 1"), 48,
+              "hidden = 512, layers = 32, heads = 8, kv_heads = 8");
+  std::string e = runError(config(src, "a"));
+  EXPECT_NE(e.find("RL step 1: the rollouts need at least about "),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("(4000000 rows = 1000000 prompts x 4, "),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find("of memory available; lower prompts, the rollouts per "
+                   "prompt or max_tokens"),
+            std::string::npos)
+      << e;
+  EXPECT_FALSE(fs::exists(dir_ / "a" / "out" / "metrics.jsonl") &&
+               readAll(dir_ / "a" / "out" / "metrics.jsonl").find("\"rl_step\"") !=
+                   std::string::npos);
+}
