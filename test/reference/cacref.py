@@ -874,12 +874,14 @@ def agg_mode(x):
 def agg_coefficients(weights, mode, norm_len=0):
     """c[i][t] such that the aggregated loss is sum c*l (estimators.md §0.2; verl agg_loss):
     token-mean           sum w*l / sum w                      (0 if sum w = 0)
-    seq-mean-token-mean  (1/B) sum_i (sum_t w*l / sum_t w)    (a sequence with sum w = 0 adds 0)
+    seq-mean-token-mean  (1/B) sum_i (sum_t w*l / sum_t w)
     seq-mean-token-sum   (1/B) sum_i sum_t w*l
     seq-mean-token-sum-norm  (1/B) sum_i sum_t w*l / L, L = norm_len or the longest sequence
-        (Dr. GRPO's constant length with GRPO's 1/G; current verl divides each sequence's sum
-        by its loss_scale_factor and then takes the seq-mean; verl before that had no 1/B)."""
-    B = len(weights)
+        (Dr. GRPO's constant length with GRPO's 1/G; verl's agg_loss: the seq-mean, then
+        / loss_scale_factor; verl up to its 0.5 releases had no 1/B: B times this).
+    B counts the sequences with sum w > 0, as verl's seq_mask (a fully masked sequence adds
+    nothing and does not count); 0 when there are none."""
+    B = sum(1 for r in weights if math.fsum(r) > 0)
     if mode == "token-mean":
         W = math.fsum(math.fsum(r) for r in weights)
         return [[(w / W if W else 0.0) for w in r] for r in weights]
@@ -890,10 +892,10 @@ def agg_coefficients(weights, mode, norm_len=0):
             out.append([(w / (B * Wi) if Wi else 0.0) for w in r])
         return out
     if mode == "seq-mean-token-sum":
-        return [[w / B for w in r] for r in weights]
+        return [[(w / B if B else 0.0) for w in r] for r in weights]
     if mode == "seq-mean-token-sum-norm":
         L = norm_len if norm_len > 0 else max(len(r) for r in weights)
-        return [[w / (B * L) for w in r] for r in weights]
+        return [[(w / (B * L) if B else 0.0) for w in r] for r in weights]
     raise RefError(f"unknown aggregation mode {mode}")
 
 
