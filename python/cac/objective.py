@@ -112,10 +112,10 @@ class Objective(Estimator):
 
     @staticmethod
     def _normalizer(spec, params, out, layout):
-        """Σ loss_count for token-mean and seq losses, else B
-        (cac::objectiveNormalizer)."""
+        """Σ loss_count for token-mean and seq losses, else the number of
+        sequences with loss_count > 0 (verl's seq_mask;
+        cac::objectiveNormalizer)."""
         count = out["loss_count"]
         if spec["loss_domain"] == "seq" or int(params.get("aggregation", 0)) == 0:
             return count.sum()
-        # A fill on the device, not a copy from the host (which would wait).
-        return count.new_full((), float(layout.B))
+        return (count > 0).sum().to(count.dtype)

@@ -679,6 +679,85 @@ def eval_reinforce_pp_baseline(b, p):
     return _output(b, token={"adv": masked_whiten(rows, p["eps"])})
 
 
+# --- verl registry additions: VAPO's decoupled GAE, V-trace, GDPO ---------------------------
+
+
+def eval_vapo_gae(b, p):
+    """VAPO (§3.2-3.3): adv = GAE with lambda = 1 - 1 / (alpha |y|); ret = GAE with
+    lambda_value, plus V."""
+    V, R = b.tok("value"), b.sq("reward")
+    adv, ret = [], []
+    for i in range(b.B):
+        lam_p = 1.0 - 1.0 / (p["alpha"] * b.lengths[i])
+        adv.append(gae_seq(V[i], R[i], p["gamma"], lam_p)[0])
+        ret.append(gae_seq(V[i], R[i], p["gamma"], p["lambda_value"])[1])
+    return _output(b, token={"adv": adv, "ret": ret})
+
+
+def vtrace_seq(values, logp, logp_mu, reward, gamma, lam, rho_bar, c_bar):
+    """V-trace (IMPALA eq. 1, §4.2) on one sequence, the reward on the last token and
+    V = v = 0 after it. Returns (adv, v): v_t = V_t + sum_{s>=t} gamma^(s-t)
+    (prod_{t<=i<s} c_i) rho_s delta_s, adv_t = rho_t (r_t + gamma v_{t+1} - V_t)."""
+    T = len(values)
+    ratio = [math.exp(a - b) for a, b in zip(logp, logp_mu)]
+    rho = [min(rho_bar, x) for x in ratio]
+    c = [lam * min(c_bar, x) for x in ratio]
+    r = [reward if t == T - 1 else 0.0 for t in range(T)]
+    vnext = [values[t + 1] if t + 1 < T else 0.0 for t in range(T)]
+    delta = [r[t] + gamma * vnext[t] - values[t] for t in range(T)]
+    v = []
+    for t in range(T):  # the sum of the definition, not the recursion
+        acc, prod = 0.0, 1.0
+        for s in range(t, T):
+            acc += gamma ** (s - t) * prod * rho[s] * delta[s]
+            prod *= c[s]
+        v.append(values[t] + acc)
+    adv = [rho[t] * (r[t] + gamma * (v[t + 1] if t + 1 < T else 0.0) - values[t])
+           for t in range(T)]
+    return adv, v
+
+
+def eval_vtrace_gae(b, p):
+    V, lp, mu, R = b.tok("value"), b.tok("logp"), b.tok("logp_behavior"), b.sq("reward")
+    adv, ret = [], []
+    for i in range(b.B):
+        a, v = vtrace_seq(V[i], lp[i], mu[i], R[i], p["gamma"], p["lambda"], p["rho_bar"],
+                          p["c_bar"])
+        adv.append(a)
+        ret.append(v)
+    return _output(b, token={"adv": adv, "ret": ret})
+
+
+def grpo_loop_normalized(rewards, groups, eps, by_std, lone):
+    """verl's compute_grpo_outcome_advantage (its per-group loop): (R - mean) / (std + eps)
+    with torch.std (n - 1), or R - mean without by_std. A group of one has mean 0 and std 1
+    in verl (lone = 1); with lone = 0 it gets 0, and so does a group of equal values."""
+    out = [0.0] * len(rewards)
+    for idx in group_members(groups).values():
+        rs = [rewards[i] for i in idx]
+        if len(idx) == 1:
+            if lone:
+                out[idx[0]] = rs[0] / (1.0 + eps) if by_std else rs[0]
+            continue
+        if max(rs) == min(rs):
+            continue
+        mu = math.fsum(rs) / len(rs)
+        sd = math.sqrt(unbiased_var(rs))
+        for i in idx:
+            out[i] = (rewards[i] - mu) / (sd + eps) if by_std else rewards[i] - mu
+    return out
+
+
+def eval_gdpo(b, p):
+    """GDPO (verl compute_gdpo_outcome_advantage): each component normalized per group as
+    verl's GRPO, summed with weights, whitened over the batch's tokens."""
+    by_std, lone = flag(p["std"]), flag(p["lone"])
+    n1 = grpo_loop_normalized(b.sq("reward"), b.groups, p["eps"], by_std, lone)
+    n2 = grpo_loop_normalized(b.sq("reward2"), b.groups, p["eps"], by_std, lone)
+    s = [p["w1"] * x + p["w2"] * y for x, y in zip(n1, n2)]
+    return _output(b, token={"adv": masked_whiten(broadcast(s, b.lengths), 1e-8)})
+
+
 # name -> (function, {param: default or REQUIRED}, inputs, required outputs, optional outputs)
 # Outputs are (domain, name); optional ones are compared only when `cac eval` prints them.
 METHODS = {
@@ -728,6 +807,18 @@ METHODS = {
     "reinforce_pp_baseline": (eval_reinforce_pp_baseline, {"eps": 1e-8, "lone": 0},
                               {"seq": ["reward", "group"]}, [("token", "adv")], []),
 }
+
+
+METHODS.update({
+    "vapo_gae": (eval_vapo_gae, {"gamma": 1.0, "alpha": 0.05, "lambda_value": 1.0},
+                 {"token": ["value"], "seq": ["reward"]},
+                 [("token", "adv"), ("token", "ret")], []),
+    "vtrace_gae": (eval_vtrace_gae, {"gamma": 1.0, "lambda": 1.0, "rho_bar": 1.0, "c_bar": 1.0},
+                   {"token": ["value", "logp", "logp_behavior"], "seq": ["reward"]},
+                   [("token", "adv"), ("token", "ret")], []),
+    "gdpo": (eval_gdpo, {"w1": 1.0, "w2": 1.0, "eps": 1e-6, "std": 1, "lone": 0},
+             {"seq": ["reward", "reward2", "group"]}, [("token", "adv")], []),
+})
 
 
 def resolve_params(declared, given, what):
@@ -783,12 +874,14 @@ def agg_mode(x):
 def agg_coefficients(weights, mode, norm_len=0):
     """c[i][t] such that the aggregated loss is sum c*l (estimators.md §0.2; verl agg_loss):
     token-mean           sum w*l / sum w                      (0 if sum w = 0)
-    seq-mean-token-mean  (1/B) sum_i (sum_t w*l / sum_t w)    (a sequence with sum w = 0 adds 0)
+    seq-mean-token-mean  (1/B) sum_i (sum_t w*l / sum_t w)
     seq-mean-token-sum   (1/B) sum_i sum_t w*l
     seq-mean-token-sum-norm  (1/B) sum_i sum_t w*l / L, L = norm_len or the longest sequence
-        (Dr. GRPO's constant length with GRPO's 1/G; current verl divides each sequence's sum
-        by its loss_scale_factor and then takes the seq-mean; verl before that had no 1/B)."""
-    B = len(weights)
+        (Dr. GRPO's constant length with GRPO's 1/G; verl's agg_loss: the seq-mean, then
+        / loss_scale_factor; verl up to its 0.5 releases had no 1/B: B times this).
+    B counts the sequences with sum w > 0, as verl's seq_mask (a fully masked sequence adds
+    nothing and does not count); 0 when there are none."""
+    B = sum(1 for r in weights if math.fsum(r) > 0)
     if mode == "token-mean":
         W = math.fsum(math.fsum(r) for r in weights)
         return [[(w / W if W else 0.0) for w in r] for r in weights]
@@ -799,10 +892,10 @@ def agg_coefficients(weights, mode, norm_len=0):
             out.append([(w / (B * Wi) if Wi else 0.0) for w in r])
         return out
     if mode == "seq-mean-token-sum":
-        return [[w / B for w in r] for r in weights]
+        return [[(w / B if B else 0.0) for w in r] for r in weights]
     if mode == "seq-mean-token-sum-norm":
         L = norm_len if norm_len > 0 else max(len(r) for r in weights)
-        return [[w / (B * L) for w in r] for r in weights]
+        return [[(w / (B * L) if B else 0.0) for w in r] for r in weights]
     raise RefError(f"unknown aggregation mode {mode}")
 
 
@@ -994,6 +1087,186 @@ OBJECTIVES = {
 }
 
 
+# --- verl registry policy losses (core_algos.py), with hand-derived gradients -------------
+
+
+def _clamped_ratio(x):
+    """exp(clamp(x, -20, 20)) and its derivative by x (0 where the clamp holds)."""
+    if abs(x) > 20.0:
+        return math.exp(math.copysign(20.0, x)), 0.0
+    r = math.exp(x)
+    return r, r
+
+
+def _token_objective(rows, per_token, agg, norm_len=0):
+    """Aggregates per-token (loss, d loss / d logp_new) pairs by `agg` (agg_coefficients).
+    rows: dict of token inputs; per_token(i, t) -> (l, dl)."""
+    n = rows["logp_new"]
+    coef = agg_coefficients([[1.0] * len(r) for r in n], agg_mode(agg), norm_len)
+    terms, grad = [], []
+    for i in range(len(n)):
+        g = []
+        for t in range(len(n[i])):
+            l, dl = per_token(i, t)
+            terms.append(coef[i][t] * l)
+            g.append(coef[i][t] * dl)
+        grad.append(g)
+    return math.fsum(terms), grad
+
+
+def verl_dual_clip_token(ln, lo, A, eps_low=0.2, eps_high=0.2, c=3.0):
+    """verl compute_policy_loss_vanilla for one token: (loss, d loss / d logp_new). Ties of
+    torch.maximum / torch.minimum split the gradient, as autograd."""
+    r, dr = _clamped_ratio(ln - lo)
+    lo_b, hi_b = 1.0 - eps_low, 1.0 + eps_high
+    rc = min(max(r, lo_b), hi_b)
+    drc = dr if lo_b <= r <= hi_b else 0.0
+    l1, d1 = -A * r, -A * dr
+    l2, d2 = -A * rc, -A * drc
+    if l1 > l2:
+        l, d = l1, d1
+    elif l2 > l1:
+        l, d = l2, d2
+    else:
+        l, d = l1, 0.5 * (d1 + d2)
+    if A < 0:
+        l3 = -A * c
+        if l3 < l:
+            l, d = l3, 0.0
+        elif l3 == l:
+            d = 0.5 * d
+    return l, d
+
+
+def verl_kl_penalty(ln, lref, kind, straight):
+    """verl kl_penalty: kind 1 k1, 2 k2, 3 low_var_kl (clamps -d to +-20, k3 to +-10), 4 abs;
+    straight: the "+" form, value of the kind, gradient of k2 (d). (value, d value / d ln)."""
+    d = ln - lref
+    if kind == 1:
+        v, g = d, 1.0
+    elif kind == 2:
+        v, g = 0.5 * d * d, d
+    elif kind == 3:
+        k = min(max(-d, -20.0), 20.0)
+        dk = -1.0 if abs(d) <= 20.0 else 0.0
+        e = math.exp(k)
+        raw = e - k - 1.0
+        v = min(max(raw, -10.0), 10.0)
+        g = (e - 1.0) * dk if -10.0 <= raw <= 10.0 else 0.0
+    elif kind == 4:
+        v, g = abs(d), (1.0 if d > 0 else -1.0 if d < 0 else 0.0)
+    else:
+        raise RefError(f"unknown KL penalty {kind}")
+    if straight:
+        g = d
+    return v, g
+
+
+def obj_ppo_dual_clip(t, agg, p):
+    n, o, A = t["logp_new"], t["logp"], t["adv"]
+    kl = "logp_ref" in t and "kl_coef" in p
+
+    def f(i, j):
+        l, d = verl_dual_clip_token(n[i][j], o[i][j], A[i][j], p.get("eps_low", 0.2),
+                                    p.get("eps_high", 0.2), p.get("dual_clip", 3.0))
+        if kl:
+            v, g = verl_kl_penalty(n[i][j], t["logp_ref"][i][j],
+                                   as_int("kl_type", p.get("kl_type", 3), 1),
+                                   flag(p.get("straight", 0)))
+            l, d = l + p["kl_coef"] * v, d + p["kl_coef"] * g
+        return l, d
+    return _token_objective(t, f, agg)
+
+
+def obj_cispo(t, agg, p):
+    n, o, A = t["logp_new"], t["logp"], t["adv"]
+
+    def f(i, j):
+        r, _ = _clamped_ratio(n[i][j] - o[i][j])
+        w = min(max(r, 1.0 - p.get("eps_low", 0.2)), 1.0 + p.get("eps_high", 0.2))
+        return -w * A[i][j] * n[i][j], -w * A[i][j]
+    return _token_objective(t, f, agg)
+
+
+def obj_gpg_loss(t, agg, p):
+    n, A = t["logp_new"], t["adv"]
+    return _token_objective(t, lambda i, j: (-n[i][j] * A[i][j], -A[i][j]), agg)
+
+
+def obj_dppo(t, agg, p):
+    """verl compute_policy_loss_dppo_tv (kind 0) / dppo_kl (kind 1)."""
+    n, o, A = t["logp_new"], t["logp"], t["adv"]
+    el, eh = p.get("eps_low", 0.2), p.get("eps_high", 0.2)
+    cap, kind = p.get("ratio_cap", 3.0), as_int("kind", p.get("kind", 0), 0)
+
+    def f(i, j):
+        r, _ = _clamped_ratio(n[i][j] - o[i][j])
+        w = min(r, cap)
+        pn, q = math.exp(n[i][j]), math.exp(o[i][j])
+        if kind == 0:
+            ok = (pn - q <= eh) if A[i][j] > 0 else (pn - q >= -el)
+        else:
+            d = q * (o[i][j] - n[i][j]) + (1 - q) * math.log((1 - q + 1e-8) / (1 - pn + 1e-8))
+            ok = (d <= eh or pn <= q) if A[i][j] > 0 else (d <= el or pn >= q)
+        v = 1.0 if ok else 0.0
+        return -A[i][j] * w * n[i][j] * v, -A[i][j] * w * v
+    return _token_objective(t, f, agg)
+
+
+def obj_soft_gate(t, agg, p):
+    """verl compute_policy_loss_sapo: -A sigmoid(tau (r - 1)) 4 / tau."""
+    n, o, A = t["logp_new"], t["logp"], t["adv"]
+
+    def f(i, j):
+        r, dr = _clamped_ratio(n[i][j] - o[i][j])
+        tau = p.get("tau_pos", 1.0) if A[i][j] > 0 else p.get("tau_neg", 1.05)
+        sig = 1.0 / (1.0 + math.exp(-tau * (r - 1.0)))
+        return -A[i][j] * sig * 4.0 / tau, -A[i][j] * 4.0 * sig * (1.0 - sig) * dr
+    return _token_objective(t, f, agg)
+
+
+def obj_gmpo(t, p):
+    """verl compute_policy_loss_geo_mean: a seq loss, the mean over sequences of -A_i s_i."""
+    n, o, A = t["logp_new"], t["logp"], t["adv"]
+    el, eh = p.get("eps_low", 0.4), p.get("eps_high", 0.4)
+    B = len(n)
+    losses, grad = [], []
+    for i in range(B):
+        T = len(n[i])
+        m, dm = [], []
+        for j in range(T):
+            x = n[i][j] - o[i][j]
+            s = 1.0 if A[i][j] > 0 else -1.0 if A[i][j] < 0 else 0.0
+            xc = min(max(x, -el), eh)
+            dxc = 1.0 if -el <= x <= eh else 0.0
+            a, b = s * x, s * xc
+            if a < b:
+                m.append(s * a), dm.append(s * s)
+            elif b < a:
+                m.append(s * b), dm.append(s * s * dxc)
+            else:
+                m.append(s * a), dm.append(s * s * 0.5 * (1.0 + dxc))
+        den = T + 1e-8
+        ratio = math.exp(math.fsum(m) / den)
+        adv = math.fsum(A[i]) / den
+        losses.append(-adv * ratio)
+        grad.append([-adv * ratio / den * d / B for d in dm])
+    return math.fsum(losses) / B, grad
+
+
+# name -> (function(token rows, aggregation, params) -> (loss, grad), seq loss?)
+VERL_OBJECTIVES = {
+    "ppo_dual_clip": obj_ppo_dual_clip,
+    "ppo_dual_clip_kl": lambda t, agg, p: obj_ppo_dual_clip(
+        t, agg, dict({"kl_coef": 0.001, "kl_type": 3, "straight": 0}, **p)),
+    "cispo": obj_cispo,
+    "gpg_loss": obj_gpg_loss,
+    "dppo": obj_dppo,
+    "soft_gate": obj_soft_gate,
+    "gmpo": lambda t, agg, p: obj_gmpo(t, p),
+}
+
+
 def objective(name, data, params=None):
     """{"loss": x, "grad": {domain: {variable: d loss / d variable}}} for an objective."""
     if name not in OBJECTIVES:
@@ -1038,6 +1311,15 @@ PARAM_CHOICES.update({
 })
 GROUP_METHODS = ("grpo", "gspo", "rloo", "drgrpo", "maxrl", "opo", "gpg",
                  "reinforce_pp_baseline")
+
+PARAM_CHOICES.update({
+    "vapo_gae": {"gamma": [1.0, 0.99], "alpha": [0.05, 0.5, 2.0], "lambda_value": [1.0, 0.95]},
+    "vtrace_gae": {"gamma": [1.0, 0.99], "lambda": [1.0, 0.95, 0.5], "rho_bar": [1.0, 2.0, 0.5],
+                   "c_bar": [1.0, 0.8, 2.0]},
+    "gdpo": {"w1": [1.0, 0.5, 2.0], "w2": [1.0, 0.25], "eps": [1e-6, 1e-4], "std": [0, 1],
+             "lone": [0, 1]},
+})
+GROUP_METHODS = GROUP_METHODS + ("gdpo",)
 
 REQUIRED_DEFAULTS = {"sae": {"lambda": 0.95}}  # used for a required parameter in default mode
 
@@ -1400,7 +1682,30 @@ def random_batch(method, seed, max_len=64, num_seqs=None, params="mixed",
         data["token"]["entropy"] = [[rng.choice([0, 0, 1, 2, 3, 4, rng.randint(0, 320)]) / 64
                                      if rng.random() < 0.5 else rng.randint(0, 320) / 64
                                      for _ in range(n)] for n in lengths]
+    _extend_batch(method, rng, data, lengths, reward_kind)
     return data
+
+
+def _extend_batch(method, rng, data, lengths, reward_kind):
+    """The inputs of the verl-registry additions (vapo_gae, vtrace_gae, gdpo)."""
+    if method in ("vapo_gae", "vtrace_gae"):
+        data["token"]["value"] = [[_value(rng) for _ in range(n)] for n in lengths]
+    if method == "vtrace_gae":
+        # Ratios pi/mu on both sides of rho_bar and c_bar; equal log-probs now and then.
+        logp = [[_logp(rng, [0.9]) for _ in range(n)] for n in lengths]
+        data["token"]["logp"] = logp
+        data["token"]["logp_behavior"] = [
+            [x if rng.random() < 0.2 else f32(min(0.0, x + rng.gauss(0, 0.5))) for x in r]
+            for r in logp]
+    if method == "gdpo":
+        B = len(lengths)
+        r2 = _rewards(rng, B, rng.choice(["binary", "dyadic"]))
+        groups = data["seq"].get("group", [0] * B)
+        for g in sorted(set(groups)):
+            if rng.random() < 0.3:  # this group's second component all equal
+                v = r2[groups.index(g)]
+                r2 = [v if gg == g else x for gg, x in zip(groups, r2)]
+        data["seq"]["reward2"] = r2
 
 
 # Rewards whose mean is inexact in binary: a group of them leaves a rounding residue in a

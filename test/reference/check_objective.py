@@ -55,6 +55,13 @@ def batch_for(name, seed, max_len):
         "gspo": ["logp_new", "logp"],
         "value_mse": [],
         "value_bce": [],
+        "ppo_dual_clip": ["logp_new", "logp", "adv"],
+        "ppo_dual_clip_kl": ["logp_new", "logp", "adv", "logp_ref"],
+        "cispo": ["logp_new", "logp", "adv"],
+        "gpg_loss": ["logp_new", "adv"],
+        "dppo": ["logp_new", "logp", "adv"],
+        "soft_gate": ["logp_new", "logp", "adv"],
+        "gmpo": ["logp_new", "logp", "adv"],
     }[name]
     out = {"token": {k: tok[k] for k in keep}, "seq": {}}
     if name in ("sapo_loss", "gspo"):
@@ -73,6 +80,18 @@ def batch_for(name, seed, max_len):
         out["seq"]["reward"] = [rng.choice([0.0, 1.0, 0.25]) for _ in range(B)]
         # A seq-only batch still needs its sequences' lengths: one token input.
         out["token"]["pad"] = [[0.0] * n for n in lengths]
+    if name in ("ppo_dual_clip", "ppo_dual_clip_kl", "cispo", "soft_gate"):
+        # Ratios past 1 + eps and past the dual clip's 3 (A < 0), and past the +-20 clamp.
+        out["token"]["logp_new"] = [[x + rng.choice([0.0, 0.0, 0.5, 1.3, -0.6, 21.0, -21.0])
+                                     if rng.random() < 0.3 else x for x in r]
+                                    for r in out["token"]["logp_new"]]
+    if name == "dppo":
+        # Probability moves on both sides of the thresholds, logp_new <= 0.
+        out["token"]["logp_new"] = [[min(0.0, x + rng.choice([0.0, 0.3, -0.3, 1.0, -1.0]))
+                                     for x in r] for r in out["token"]["logp_new"]]
+    if name == "gmpo" and rng.random() < 0.5:
+        # verl's GMPO expects sequence-level advantages; token-level ones work as well.
+        out["token"]["adv"] = [[r[0]] * len(r) for r in out["token"]["adv"]]
     if name in ("gspo", "gspo_token"):
         # Keep sequence ratios near 1 so that both sides of the small clip occur.
         out["token"]["logp_new"] = [[x + rng.gauss(0, 2e-4) for x in r] for r in tok["logp"]]
@@ -112,6 +131,8 @@ def reference(name, batch, got, mode, params):
     elif name == "value_bce":
         loss, g = cacref.bce_loss(batch["seq"]["value_new"], batch["seq"]["reward"])
         return loss, {"seq": {"value_new": g}}
+    elif name in cacref.VERL_OBJECTIVES:
+        loss, g = cacref.VERL_OBJECTIVES[name](t, mode, params)
     else:
         return None
     return loss, {"token": {WRT[name]: g}}
@@ -121,6 +142,21 @@ WRT = {"ppo_clip": "logp_new", "ppo_kl": "logp_new", "gspo_token": "logp_new",
        "spo_loss": "logp_new", "sapo_loss": "logp_new", "gspo": "logp_new",
        "value_mse": "value_new", "value_bce": "value_new"}
 SEQ_LOSS = {"gspo", "value_bce"}
+WRT.update({"ppo_dual_clip": "logp_new", "ppo_dual_clip_kl": "logp_new", "cispo": "logp_new",
+            "gpg_loss": "logp_new", "dppo": "logp_new", "soft_gate": "logp_new",
+            "gmpo": "logp_new"})
+SEQ_LOSS |= {"gmpo"}
+# Parameter sets each objective runs with besides its defaults ({}): --param k=v.
+VARIANTS = {
+    "ppo_dual_clip": [{"dual_clip": 1.5, "eps_high": 0.28}],
+    "ppo_dual_clip_kl": [{"kl_type": k, "straight": st, "kl_coef": 0.1}
+                         for k in (1, 2, 3, 4) for st in (0, 1)],
+    "cispo": [{"eps_low": 1.0, "eps_high": 0.28}],
+    "dppo": [{"kind": 1}, {"kind": 1, "eps_low": 0.05, "eps_high": 0.02, "ratio_cap": 20},
+             {"eps_low": 0.05, "eps_high": 0.1}],
+    "soft_gate": [{"tau_pos": 2.0, "tau_neg": 0.5}],
+    "gmpo": [{"eps_low": 0.2, "eps_high": 0.1}],
+}
 
 
 def flat(x):
@@ -163,6 +199,8 @@ def main():
     ap.add_argument("--seeds", default="1-6")
     ap.add_argument("--max-len", type=int, default=64)
     ap.add_argument("--tol", type=float, default=1e-9)
+    ap.add_argument("--cac-arg", action="append", default=[],
+                    help="an extra argument of every cac run (e.g. --cac-arg=--dtype=f32)")
     ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--sim-block", type=int, default=8,
                     help="threads per block of the gpu-sim run (default 8)")
@@ -185,14 +223,19 @@ def main():
                 with open(bpath, "w") as f:
                     json.dump(batch, f)
                 modes = [None] if name in SEQ_LOSS else MODES
-                for mode in modes:
-                    tag = f"{name} seed={seed} aggregation={mode or 'seq-mean'}"
+                # The parameter variants run in the first mode only: the aggregation is
+                # independent of the per-token loss.
+                for params, mode in [(q, m) for q in [{}] + VARIANTS.get(name, [])
+                                     for m in (modes if not q else modes[:1])]:
+                    pargs = [f"--param={k}={v}" for k, v in params.items()] + args.cac_arg
+                    tag = f"{name} seed={seed} aggregation={mode or 'seq-mean'}" + "".join(
+                        f" {k}={v}" for k, v in params.items())
                     try:
                         sim = (f"--seq-block={args.sim_block}", f"--seq-items={args.sim_items}")
-                        ways = {"cpu": ("cpu", "compiled", ()),
-                                "gpu-sim": ("gpu-sim", "compiled", sim),
-                                "eager": ("eager", "compiled", ()),
-                                "autograd": ("eager", "autograd", ())}
+                        ways = {"cpu": ("cpu", "compiled", tuple(pargs)),
+                                "gpu-sim": ("gpu-sim", "compiled", sim + tuple(pargs)),
+                                "eager": ("eager", "compiled", tuple(pargs)),
+                                "autograd": ("eager", "autograd", tuple(pargs))}
                         futs = {k: pool.submit(run, args.cac, path, be, gr, (mode, bpath), ex)
                                 for k, (be, gr, ex) in ways.items()}
                         outs = {k: f.result() for k, f in futs.items()}
@@ -216,7 +259,7 @@ def main():
                         for k in ("cpu", "eager"):
                             errs.append((f"{k} adv vs reference",
                                          compare(want_adv, outs[k]["seq"]["adv"], args.tol)))
-                    ref = reference(name, batch, outs["cpu"], mode or "seq-mean", {})
+                    ref = reference(name, batch, outs["cpu"], mode or "seq-mean", params)
                     if ref is not None:
                         rloss, rgrad = ref
                         errs.append(("cpu loss vs reference",

@@ -270,8 +270,12 @@ def aggregation_modes():
     # Masked token-mean (SPO): only the weighted tokens count.
     wb = dict(batch, token=dict(batch["token"], weight=[[1, 0, 1], [0]]))
     close(R.objective("ppo_clip", wb)["loss"], -2.0, 1e-12, "masked token-mean")
-    close(R.objective("ppo_clip", dict(wb, params={"agg": 1}))["loss"], -1.0, 1e-12,
-          "masked seq-mean-token-mean (empty sequence adds 0)")
+    # A fully masked sequence neither adds nor counts in B (verl's seq_mask): -(1 + 3) / 2
+    # over the one sequence left.
+    close(R.objective("ppo_clip", dict(wb, params={"agg": 1}))["loss"], -2.0, 1e-12,
+          "masked seq-mean-token-mean (a fully masked sequence is left out)")
+    close(R.objective("ppo_clip", dict(wb, params={"agg": 2}))["loss"], -4.0, 1e-12,
+          "masked seq-mean-token-sum (a fully masked sequence is left out)")
 
 
 # --------------------------------------------------------------------------------------

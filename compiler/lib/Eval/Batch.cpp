@@ -584,18 +584,22 @@ void cac::expandToFull(const Batch &full, std::vector<OutputArray> &outputs) {
 }
 
 double cac::objectiveNormalizer(const ObjectiveInfo &info, int aggregation,
-                                const std::vector<double> &lossCount,
-                                int64_t numSeqs) {
+                                const std::vector<double> &lossCount) {
   if (info.lossDomain == "seq" || aggregation == 0) {
     double n = 0;
     for (double c : lossCount)
       n += c;
     return n;
   }
-  // The seq-mean modes; seq-mean-token-sum-norm's 1 / L is applied in the
-  // kernel: (1/B) sum_i sum_t w l / L, as the trainer (Objective.cpp) and
-  // current verl (seq_losses / loss_scale_factor, then the seq-mean).
-  return double(numSeqs);
+  // The seq-mean modes divide by B, the sequences with an element that
+  // counts: verl's agg_loss leaves fully masked sequences out of its
+  // seq-mean (seq_mask). seq-mean-token-sum-norm's 1 / L is applied in the
+  // kernel: (1/B) sum_i sum_t w l / L, as verl's (the seq-mean, then
+  // / loss_scale_factor).
+  double n = 0;
+  for (double c : lossCount)
+    n += c > 0 ? 1.0 : 0.0;
+  return n;
 }
 
 llvm::Expected<std::string>
@@ -613,8 +617,7 @@ cac::finishObjective(const ObjectiveInfo &info, int aggregation,
     return llvm::createStringError(llvm::inconvertibleErrorCode(),
                                    "the objective's outputs loss, loss_count "
                                    "and grad_" + info.wrt + " are missing");
-  double n = objectiveNormalizer(info, aggregation, count->values,
-                                 batch.numSeqs);
+  double n = objectiveNormalizer(info, aggregation, count->values);
   double sum = 0;
   for (double v : loss->values)
     sum += v;

@@ -37,10 +37,11 @@ CompiledObjective::CompiledObjective(std::shared_ptr<const Bundle> bundle)
 }
 
 double CompiledObjective::normalizer(const at::Tensor &lossCount,
-                                     int64_t numSeqs, int aggregation) const {
+                                     int aggregation) const {
   if (seqLoss_ || aggregation == 0)
     return lossCount.sum().item<double>();
-  return double(numSeqs);
+  // The sequences with an element that counts (verl's seq_mask).
+  return (lossCount > 0).sum().item<double>();
 }
 
 CompiledObjective::Result
@@ -60,8 +61,7 @@ CompiledObjective::run(const TensorMap &inputs, const PackedBatch &batch,
         aggregation = int(*p.defaultValue);
   r.outputs = std::move(outs);
   setNormalizer(r, normalizer ? *normalizer
-                              : this->normalizer(r.lossCount, batch.numSeqs(),
-                                                 aggregation));
+                              : this->normalizer(r.lossCount, aggregation));
   return r;
 }
 

@@ -31,6 +31,17 @@ protected:
   }
 };
 
+// The seq-mean modes divide by the sequences with an element that counts: a
+// sequence its mask removes entirely is left out of B, as verl's agg_loss
+// (seq_mask); token-mean divides by the elements.
+TEST_F(CompiledObjectiveTest, SeqMeanModesLeaveFullyMaskedSequencesOut) {
+  CompiledObjective obj(Bundle::load(bundleDir()));
+  at::Tensor lossCount = at::tensor({3.0, 0.0, 2.0, 0.0}, at::kDouble);
+  EXPECT_EQ(obj.normalizer(lossCount, 0), 5.0);
+  for (int code = 1; code < 4; ++code)
+    EXPECT_EQ(obj.normalizer(lossCount, code), 2.0) << code;
+}
+
 TEST_F(CompiledObjectiveTest, MatchesAutogradOfTheTrainersPpoLoss) {
   CompiledObjective obj(Bundle::load(bundleDir()));
   EXPECT_EQ(obj.wrt(), "logp_new");

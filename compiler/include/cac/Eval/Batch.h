@@ -90,12 +90,12 @@ struct ObjectiveInfo {
 /// The aggregation of an objective's loss: the scalar loss is
 /// sum(loss) / normalizer and the gradient grad_<wrt> / normalizer, where
 /// the normalizer is the sum of loss_count over the (mini)batch for
-/// "token-mean" (code 0) and for a seq loss, and the number of sequences for
-/// the seq-mean modes (codes 1-3; "seq-mean-token-sum-norm"'s 1 / norm_len
-/// is applied by the kernel). docs/language.md, Objectives.
+/// "token-mean" (code 0) and for a seq loss, and the number of sequences
+/// with loss_count > 0 for the seq-mean modes (codes 1-3: verl's agg_loss
+/// leaves fully masked sequences out; "seq-mean-token-sum-norm"'s
+/// 1 / norm_len is applied by the kernel). docs/language.md, Objectives.
 double objectiveNormalizer(const ObjectiveInfo &info, int aggregation,
-                           const std::vector<double> &lossCount,
-                           int64_t numSeqs);
+                           const std::vector<double> &lossCount);
 
 /// The summary `cac eval` prints for an objective: divides grad_<wrt> in
 /// `outputs` by the normalizer (so that it is the gradient of the printed

@@ -63,9 +63,9 @@ public:
   /// The normaliser of the aggregation `aggregation` (the parameter's code:
   /// 0 token-mean, 1 seq-mean-token-mean, 2 seq-mean-token-sum,
   /// 3 seq-mean-token-sum-norm): the sum of `lossCount` for token-mean and
-  /// seq losses, else the number of sequences (cac::objectiveNormalizer).
-  double normalizer(const at::Tensor &lossCount, int64_t numSeqs,
-                    int aggregation) const;
+  /// seq losses, else the number of sequences with `lossCount` > 0, as
+  /// verl leaves fully masked sequences out (cac::objectiveNormalizer).
+  double normalizer(const at::Tensor &lossCount, int aggregation) const;
 
   /// A scalar whose value is `r.loss` and whose gradient with respect to
   /// `wrtWithGrad` (the model's tensor of the wrt input, same layout) is
