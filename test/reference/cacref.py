@@ -679,6 +679,28 @@ def eval_reinforce_pp_baseline(b, p):
     return _output(b, token={"adv": masked_whiten(rows, p["eps"])})
 
 
+def eval_grpo_passk(b, p):
+    """verl's compute_grpo_passk_outcome_advantage: the best rollout of each group gets
+    (r_max - r_second_max) / (unbiased std + eps) (the margin alone with norm = 0), the
+    others 0. A tied best has margin 0, so every advantage of its group is 0 (also with
+    eps = 0); a group of one gets 0 (verl raises)."""
+    R = b.sq("reward")
+    adv = [0.0] * b.B
+    for idx in group_members(b.groups).values():
+        if len(idx) < 2:
+            continue
+        top = sorted((R[i] for i in idx), reverse=True)
+        margin = top[0] - top[1]
+        if margin == 0:
+            continue
+        if flag(p["norm"]):
+            mean = math.fsum(R[i] for i in idx) / len(idx)
+            var = math.fsum((R[i] - mean) ** 2 for i in idx) / (len(idx) - 1)
+            margin /= math.sqrt(var) + p["eps"]
+        adv[next(i for i in idx if R[i] == top[0])] = margin
+    return _output(b, token={"adv": broadcast(adv, b.lengths)})
+
+
 # name -> (function, {param: default or REQUIRED}, inputs, required outputs, optional outputs)
 # Outputs are (domain, name); optional ones are compared only when `cac eval` prints them.
 METHODS = {
@@ -728,6 +750,11 @@ METHODS = {
     "reinforce_pp_baseline": (eval_reinforce_pp_baseline, {"eps": 1e-8, "lone": 0},
                               {"seq": ["reward", "group"]}, [("token", "adv")], []),
 }
+
+METHODS.update({
+    "grpo_passk": (eval_grpo_passk, {"eps": 1e-6, "norm": 1}, {"seq": ["reward", "group"]},
+                   [("token", "adv")], []),
+})
 
 
 def resolve_params(declared, given, what):
@@ -1038,6 +1065,10 @@ PARAM_CHOICES.update({
 })
 GROUP_METHODS = ("grpo", "gspo", "rloo", "drgrpo", "maxrl", "opo", "gpg",
                  "reinforce_pp_baseline")
+PARAM_CHOICES.update({
+    "grpo_passk": {"eps": [1e-6, 1e-4, 0.1], "norm": [0, 1]},
+})
+GROUP_METHODS += ("grpo_passk",)
 
 REQUIRED_DEFAULTS = {"sae": {"lambda": 0.95}}  # used for a required parameter in default mode
 
@@ -1406,7 +1437,7 @@ def random_batch(method, seed, max_len=64, num_seqs=None, params="mixed",
 # Rewards whose mean is inexact in binary: a group of them leaves a rounding residue in a
 # plain sum / n, which a zero-spread convention must not turn into an advantage.
 INEXACT_EQUAL = (0.1, 0.3, 0.7, -0.2, 1.0)
-EDGE_METHODS = ("grpo", "treeadv", "spo_tree")
+EDGE_METHODS = ("grpo", "treeadv", "spo_tree", "grpo_passk")
 
 
 def edge_batch(method, seed, max_len=64, num_seqs=None):
@@ -1437,6 +1468,8 @@ def edge_batch(method, seed, max_len=64, num_seqs=None):
     if method == "grpo":
         data["params"] = {"eps": 0, "unbiased": rng.choice([0, 1]),
                           "eps_in_sqrt": rng.choice([0, 1])}
+    elif method == "grpo_passk":
+        data["params"] = {"eps": 0, "norm": rng.choice([0, 1])}
     else:
         data["params"] = {"delta": 0, "use_max": rng.choice([0, 1])}
     return data

@@ -631,6 +631,25 @@ private:
                   mean, constant(l, 0.0));
   }
 
+  /// group_second_max: the largest value left when the group's largest
+  /// (one of them, if tied) is taken out. Where the maximum is tied it is
+  /// the maximum; else the maximum of the others, with the group's minimum
+  /// standing in for the maximum (never above the others' maximum, and the
+  /// value itself for a group of one).
+  Value lowerGroupSecondMax(Builtin, ArrayRef<Value> a, Location l) {
+    Value x = a[0];
+    Value m = reduce(l, cir::ReduceKind::Max, x, cir::Domain::Group);
+    Value isMax = cmp(l, cir::CmpPredicate::EQ, x, m);
+    Value tied = cmp(
+        l, cir::CmpPredicate::GT,
+        reduce(l, cir::ReduceKind::Sum, toFloat(l, isMax), cir::Domain::Group),
+        constant(l, 1.0));
+    Value lo = reduce(l, cir::ReduceKind::Min, x, cir::Domain::Group);
+    Value others = reduce(l, cir::ReduceKind::Max, select(l, isMax, lo, x),
+                          cir::Domain::Group);
+    return select(l, tied, m, others);
+  }
+
   /// batch_*: a seq value reduces over the batch's sequences in one batch
   /// kernel. A token value first reduces per sequence (the seq kernels'
   /// block reductions), so that the batch kernel combines B partials, not N
