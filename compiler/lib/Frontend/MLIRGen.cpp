@@ -650,6 +650,26 @@ private:
     return select(l, tied, m, others);
   }
 
+  Value lowerGroupRank(Builtin, ArrayRef<Value> a, Location l) {
+    return builder.create<cir::GroupRankOp>(l, a[0].getType(), a[0]);
+  }
+
+  /// group_pos_sum, group_pos_mean, group_pos_count: sums over the group's
+  /// tokens at a token's position (the count sums ones).
+  Value lowerGroupPositions(Builtin b, ArrayRef<Value> a, Location l) {
+    auto sum = [&](Value x) {
+      return builder.create<cir::GroupPosSumOp>(l, x.getType(), x);
+    };
+    auto count = [&] {
+      return sum(broadcast(l, constant(l, 1.0), cir::Domain::Token));
+    };
+    if (b == Builtin::GroupPosCount)
+      return count();
+    if (b == Builtin::GroupPosSum)
+      return sum(a[0]);
+    return binary(l, cir::BinaryKind::Div, sum(a[0]), count());
+  }
+
   /// batch_*: a seq value reduces over the batch's sequences in one batch
   /// kernel. A token value first reduces per sequence (the seq kernels'
   /// block reductions), so that the batch kernel combines B partials, not N
