@@ -535,6 +535,7 @@ private:
     case BuiltinRule::SeqReduce:
     case BuiltinRule::SegReduce:
     case BuiltinRule::GroupReduce:
+    case BuiltinRule::GroupPositions:
     case BuiltinRule::BatchReduce:
     case BuiltinRule::PathReduce:
       return checkReduced(*e.args[0], info.rule, what);
@@ -626,6 +627,12 @@ private:
                      << (d == Domain::Token
                              ? "; reduce it to 'seq' first (e.g. seq_mean)"
                              : "");
+      return false;
+    case BuiltinRule::GroupPositions:
+      if (d == Domain::Token)
+        return true;
+      error(arg.loc) << what << " sums a 'token' value over the group's "
+                     << "sequences at each position, but this " << has;
       return false;
     case BuiltinRule::BatchReduce:
       if (d == Domain::Seq || d == Domain::Token)

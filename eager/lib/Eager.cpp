@@ -20,7 +20,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cac/Eager/Eager.h"
-#include "cac/Eager/Padded.h"
+#include "cac/Eager/GroupOps.h"
 #include "cac/Eager/TreeIndex.h"
 
 #include "cac/Dialect/Cac/IR/CacDialect.h"
@@ -305,6 +305,11 @@ private:
       return evalSegGather(g);
     if (auto r = dyn_cast<RankOp>(op))
       return evalRank(r);
+    if (isa<GroupRankOp, GroupPosSumOp>(op))
+      return set(op, r,
+                 isa<GroupRankOp>(op)
+                     ? cac::groupRanks(pb, get(op->getOperand(0)))
+                     : cac::groupPositionSums(pb, get(op->getOperand(0))));
     if (isa<NumChildrenOp, ParentOp, ChildMeanOp, TreeMeanOp, PathReduceOp>(
             op)) {
       if (!pb.nodeParent.defined())

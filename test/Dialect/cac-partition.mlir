@@ -202,3 +202,35 @@ cac.estimator @tree_phases {
   %8 = cac.binary sub %4, %7 : !cac.field<node, f32>
   cac.output "d" %8 : !cac.field<node, f32>
 }
+
+// -----
+
+// group_rank and group_pos_sum read their operand at other sequences: an
+// operand computed per sequence is stored by the kernel before theirs, and a
+// cheap length or broadcast is not recomputed in their kernel but stored too.
+// CHECK-LABEL: cac.estimator @group_reads {
+// CHECK:         %[[K0:.*]]:3 = cac.kernel seq 0 {
+// CHECK-DAG:       %[[LEN:.*]] = cac.length : <seq, f32>
+// CHECK-DAG:       %[[Y:.*]] = cac.binary mul
+// CHECK-DAG:       %[[ONE:.*]] = cac.broadcast %{{.*}} : <scalar, f32> -> <token, f32>
+// CHECK:           cac.yield
+// CHECK:         cac.kernel seq 1 {
+// CHECK-DAG:       cac.group_rank %[[K0]]#{{[0-9]}} : <seq, f32>
+// CHECK-DAG:       cac.group_pos_sum %[[K0]]#{{[0-9]}} : <token, f32>
+// CHECK-DAG:       cac.group_pos_sum %[[K0]]#{{[0-9]}} : <token, f32>
+// CHECK:         }
+// CHECK-NOT:     cac.kernel
+cac.estimator @group_reads {
+  %x = cac.input "x" : !cac.field<token, f32>
+  %group = cac.input "group" : !cac.field<seq, f32>
+  %one = cac.constant 1.0 : f32 : !cac.field<scalar, f32>
+  %len = cac.length : !cac.field<seq, f32>
+  %rank = cac.group_rank %len : !cac.field<seq, f32>
+  cac.output "rank" %rank : !cac.field<seq, f32>
+  %y = cac.binary mul %x, %x : !cac.field<token, f32>
+  %s = cac.group_pos_sum %y : !cac.field<token, f32>
+  cac.output "s" %s : !cac.field<token, f32>
+  %one_t = cac.broadcast %one : !cac.field<scalar, f32> -> !cac.field<token, f32>
+  %n = cac.group_pos_sum %one_t : !cac.field<token, f32>
+  cac.output "n" %n : !cac.field<token, f32>
+}

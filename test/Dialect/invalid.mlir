@@ -306,3 +306,19 @@ cac.estimator @field_of_i8 {
 // expected-error @+2 {{expected ::cac::ir::Domain to be one of: scalar, token, seg, seq, group, node}}
 // expected-error @+1 {{failed to parse Cac_FieldType parameter 'domain'}}
 func.func private @bad_domain(!cac.field<tokens, f32>)
+
+// -----
+
+cac.estimator @group_rank_of_tokens {
+  %v = cac.input "value" : !cac.field<token, f32>
+  // expected-error @+1 {{'cac.group_rank' op ranks the numbers of a seq field}}
+  %r = cac.group_rank %v : !cac.field<token, f32>
+}
+
+// -----
+
+cac.estimator @group_pos_sum_of_seqs {
+  %v = cac.input "reward" : !cac.field<seq, f32>
+  // expected-error @+1 {{'cac.group_pos_sum' op sums the numbers of a token field}}
+  %s = cac.group_pos_sum %v : !cac.field<seq, f32>
+}

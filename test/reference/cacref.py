@@ -758,6 +758,83 @@ def eval_gdpo(b, p):
     return _output(b, token={"adv": masked_whiten(broadcast(s, b.lengths), 1e-8)})
 
 
+def eval_grpo_passk(b, p):
+    """verl's compute_grpo_passk_outcome_advantage: the best rollout of each group gets
+    (r_max - r_second_max) / (unbiased std + eps) (the margin alone with norm = 0), the
+    others 0. A tied best has margin 0, so every advantage of its group is 0 (also with
+    eps = 0); a group of one gets 0 (verl raises)."""
+    R = b.sq("reward")
+    adv = [0.0] * b.B
+    for idx in group_members(b.groups).values():
+        if len(idx) < 2:
+            continue
+        top = sorted((R[i] for i in idx), reverse=True)
+        margin = top[0] - top[1]
+        if margin == 0:
+            continue
+        if flag(p["norm"]):
+            mean = math.fsum(R[i] for i in idx) / len(idx)
+            var = math.fsum((R[i] - mean) ** 2 for i in idx) / (len(idx) - 1)
+            margin /= math.sqrt(var) + p["eps"]
+        adv[next(i for i in idx if R[i] == top[0])] = margin
+    return _output(b, token={"adv": broadcast(adv, b.lengths)})
+
+
+def eval_group_ops(b, p):
+    """test/reference/lang/group_ops.cac: group_rank (descending, ties by the lower sequence
+    index), group_second_max (the max once one holder of the max is set aside; the value
+    itself for a group of one), group_pos_sum / mean / count over the group's sequences
+    that reach each position."""
+    R, lp, L = b.sq("reward"), b.tok("logp"), b.lengths
+    rank, len_rank, second = [0.0] * b.B, [0.0] * b.B, [0.0] * b.B
+    psum = [[0.0] * n for n in L]
+    pmean = [[0.0] * n for n in L]
+    pcount = [[0.0] * n for n in L]
+    y = [[lp[i][t] * R[i] + t for t in range(L[i])] for i in range(b.B)]
+    for idx in group_members(b.groups).values():
+        for i in idx:
+            rank[i] = float(sum(1 for j in idx if R[j] > R[i] or (R[j] == R[i] and j < i)))
+            len_rank[i] = float(sum(1 for j in idx
+                                    if L[j] > L[i] or (L[j] == L[i] and j < i)))
+            second[i] = sorted((R[j] for j in idx), reverse=True)[min(1, len(idx) - 1)]
+            for t in range(L[i]):
+                at = [j for j in idx if L[j] > t]
+                psum[i][t] = math.fsum(lp[j][t] for j in at)
+                pmean[i][t] = math.fsum(y[j][t] for j in at) / len(at)
+                pcount[i][t] = float(len(at))
+    return _output(b, token={"psum": psum, "pmean": pmean, "pcount": pcount},
+                   seq={"r_rank": rank, "len_rank": len_rank, "second": second})
+
+
+def eval_otb(b, p):
+    """verl's compute_optimal_token_baseline_advantage on an outcome reward (returns G_t = R):
+    w = 1 - 2 exp(logp) + sum_pi2, W = cumsum(w), per group of two or more and position t
+    B_t = sum G W / (sum W + eps) over the sequences that reach t (its padded sums under the
+    mask); a group of one keeps baseline 0. handle_zero_tail (zero_tail = 1): where the
+    longest sequence is unique, baseline 0 on its positions from the second longest length."""
+    R, lp, sp, L = b.sq("reward"), b.tok("logp"), b.tok("sum_pi2"), b.lengths
+    W = [list(itertools.accumulate(1 - 2 * math.exp(lp[i][t]) + sp[i][t] for t in range(L[i])))
+         for i in range(b.B)]
+    base = [[0.0] * n for n in L]
+    for idx in group_members(b.groups).values():
+        if len(idx) == 1:
+            continue
+        for t in range(max(L[i] for i in idx)):
+            at = [j for j in idx if L[j] > t]
+            bt = math.fsum(R[j] * W[j][t] for j in at) / (math.fsum(W[j][t] for j in at)
+                                                           + p["eps"])
+            for j in at:
+                base[j][t] = bt
+        if flag(p["zero_tail"]):
+            lens = sorted(L[i] for i in idx)
+            longest = [i for i in idx if L[i] == lens[-1]]
+            if len(longest) == 1 and lens[-1] > lens[-2]:
+                for t in range(lens[-2], lens[-1]):
+                    base[longest[0]][t] = 0.0
+    adv = [[R[i] - base[i][t] for t in range(L[i])] for i in range(b.B)]
+    return _output(b, token={"adv": adv})
+
+
 # name -> (function, {param: default or REQUIRED}, inputs, required outputs, optional outputs)
 # Outputs are (domain, name); optional ones are compared only when `cac eval` prints them.
 METHODS = {
@@ -807,6 +884,16 @@ METHODS = {
     "reinforce_pp_baseline": (eval_reinforce_pp_baseline, {"eps": 1e-8, "lone": 0},
                               {"seq": ["reward", "group"]}, [("token", "adv")], []),
 }
+
+METHODS.update({
+    "otb": (eval_otb, {"eps": 1e-8, "zero_tail": 0},
+            {"token": ["logp", "sum_pi2"], "seq": ["reward", "group"]}, [("token", "adv")], []),
+    "group_ops": (eval_group_ops, {}, {"token": ["logp"], "seq": ["reward", "group"]},
+                  [("seq", "r_rank"), ("seq", "len_rank"), ("seq", "second"),
+                   ("token", "psum"), ("token", "pmean"), ("token", "pcount")], []),
+    "grpo_passk": (eval_grpo_passk, {"eps": 1e-6, "norm": 1}, {"seq": ["reward", "group"]},
+                   [("token", "adv")], []),
+})
 
 
 METHODS.update({
@@ -1311,6 +1398,12 @@ PARAM_CHOICES.update({
 })
 GROUP_METHODS = ("grpo", "gspo", "rloo", "drgrpo", "maxrl", "opo", "gpg",
                  "reinforce_pp_baseline")
+PARAM_CHOICES.update({
+    "otb": {"eps": [1e-8, 1e-6, 0.1], "zero_tail": [0, 1]},
+    "group_ops": {},
+    "grpo_passk": {"eps": [1e-6, 1e-4, 0.1], "norm": [0, 1]},
+})
+GROUP_METHODS += ("grpo_passk", "group_ops", "otb")
 
 PARAM_CHOICES.update({
     "vapo_gae": {"gamma": [1.0, 0.99], "alpha": [0.05, 0.5, 2.0], "lambda_value": [1.0, 0.95]},
@@ -1618,6 +1711,9 @@ def random_batch(method, seed, max_len=64, num_seqs=None, params="mixed",
         else:
             data["seq"]["group"] = groups
         data["token"]["logp"] = logp_rows(lengths, [0.9])  # the lengths; objectives use it
+        if method == "otb":  # sum of squared probabilities: in [p^2, 1]
+            data["token"]["sum_pi2"] = [[f32(math.exp(2 * x) + rng.random() * (1 - math.exp(2 * x)))
+                                         for x in row] for row in data["token"]["logp"]]
     elif method == "sppo":
         data["seq"]["value"] = [f32(rng.choice([rng.uniform(0.02, 0.98), 0.001, 0.999, 0.5]))
                                 for _ in range(B)]
@@ -1711,7 +1807,7 @@ def _extend_batch(method, rng, data, lengths, reward_kind):
 # Rewards whose mean is inexact in binary: a group of them leaves a rounding residue in a
 # plain sum / n, which a zero-spread convention must not turn into an advantage.
 INEXACT_EQUAL = (0.1, 0.3, 0.7, -0.2, 1.0)
-EDGE_METHODS = ("grpo", "treeadv", "spo_tree")
+EDGE_METHODS = ("grpo", "treeadv", "spo_tree", "grpo_passk", "group_ops", "otb")
 
 
 def edge_batch(method, seed, max_len=64, num_seqs=None):
@@ -1742,6 +1838,12 @@ def edge_batch(method, seed, max_len=64, num_seqs=None):
     if method == "grpo":
         data["params"] = {"eps": 0, "unbiased": rng.choice([0, 1]),
                           "eps_in_sqrt": rng.choice([0, 1])}
+    elif method == "grpo_passk":
+        data["params"] = {"eps": 0, "norm": rng.choice([0, 1])}
+    elif method == "group_ops":
+        data["params"] = {}
+    elif method == "otb":
+        data["params"] = {"eps": rng.choice([1e-8, 1e-12]), "zero_tail": rng.choice([0, 1])}
     else:
         data["params"] = {"delta": 0, "use_max": rng.choice([0, 1])}
     return data

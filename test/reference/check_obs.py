@@ -26,7 +26,7 @@ import check_objective  # noqa: E402
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 METHODS = ["gae", "sae", "grpo", "spo_chain", "sapo", "spo_tree", "vineppo", "reinforce_pp",
-           "reinforce_pp_baseline", "opo"]
+           "reinforce_pp_baseline", "opo", "otb"]
 OBJECTIVES = ["ppo_clip", "sapo_loss", "gspo"]
 
 

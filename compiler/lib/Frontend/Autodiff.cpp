@@ -72,9 +72,10 @@ private:
   }
 
   /// Operations whose (float) results can carry a gradient from their
-  /// operands. Comparisons, casts of predicates, ranks, floor/ceil and
-  /// stop-gradient have zero gradient; structure (positions, lengths,
-  /// segment gathers of inputs, counts) does not depend on values.
+  /// operands. Comparisons, casts of predicates, ranks (in a sequence or a
+  /// group), floor/ceil and stop-gradient have zero gradient; structure
+  /// (positions, lengths, segment gathers of inputs, counts) does not depend
+  /// on values.
   static bool propagatesActivity(Operation *op) {
     if (auto u = dyn_cast<cir::UnaryOp>(op))
       return u.getKind() != cir::UnaryKind::Floor &&
@@ -83,8 +84,8 @@ private:
              u.getKind() != cir::UnaryKind::Not;
     if (auto r = dyn_cast<cir::ReduceOp>(op))
       return r.getKind() != cir::ReduceKind::Count;
-    return !isa<cir::CmpOp, cir::CastOp, cir::RankOp, cir::SegGatherOp,
-                cir::InputOp, cir::ParamOp, cir::ConstantOp,
+    return !isa<cir::CmpOp, cir::CastOp, cir::RankOp, cir::GroupRankOp,
+                cir::SegGatherOp, cir::InputOp, cir::ParamOp, cir::ConstantOp,
                 cir::PositionOp, cir::LengthOp, cir::NumChildrenOp,
                 cir::OutputOp>(op);
   }
@@ -227,6 +228,13 @@ private:
       return backpropShift(sh, g, zero);
     if (auto sc = dyn_cast<cir::ScanOp>(op))
       return backpropScan(sc, g, r, zero);
+    if (auto ps = dyn_cast<cir::GroupPosSumOp>(op)) {
+      // Its own adjoint: x[j, t] adds to every y[i, t] of its group.
+      Value gt = broadcast(g, cir::Domain::Token);
+      accumulate(ps.getInput(),
+                 b.create<cir::GroupPosSumOp>(loc, gt.getType(), gt));
+      return success();
+    }
     return fail(op, "'" + op->getName().getStringRef().str() +
                         "' has no gradient rule (tree operations cannot be "
                         "differentiated yet)");

@@ -631,6 +631,45 @@ private:
                   mean, constant(l, 0.0));
   }
 
+  /// group_second_max: the largest value left when the group's largest
+  /// (one of them, if tied) is taken out. Where the maximum is tied it is
+  /// the maximum; else the maximum of the others, with the group's minimum
+  /// standing in for the maximum (never above the others' maximum, and the
+  /// value itself for a group of one).
+  Value lowerGroupSecondMax(Builtin, ArrayRef<Value> a, Location l) {
+    Value x = a[0];
+    Value m = reduce(l, cir::ReduceKind::Max, x, cir::Domain::Group);
+    Value isMax = cmp(l, cir::CmpPredicate::EQ, x, m);
+    Value tied = cmp(
+        l, cir::CmpPredicate::GT,
+        reduce(l, cir::ReduceKind::Sum, toFloat(l, isMax), cir::Domain::Group),
+        constant(l, 1.0));
+    Value lo = reduce(l, cir::ReduceKind::Min, x, cir::Domain::Group);
+    Value others = reduce(l, cir::ReduceKind::Max, select(l, isMax, lo, x),
+                          cir::Domain::Group);
+    return select(l, tied, m, others);
+  }
+
+  Value lowerGroupRank(Builtin, ArrayRef<Value> a, Location l) {
+    return builder.create<cir::GroupRankOp>(l, a[0].getType(), a[0]);
+  }
+
+  /// group_pos_sum, group_pos_mean, group_pos_count: sums over the group's
+  /// tokens at a token's position (the count sums ones).
+  Value lowerGroupPositions(Builtin b, ArrayRef<Value> a, Location l) {
+    auto sum = [&](Value x) {
+      return builder.create<cir::GroupPosSumOp>(l, x.getType(), x);
+    };
+    auto count = [&] {
+      return sum(broadcast(l, constant(l, 1.0), cir::Domain::Token));
+    };
+    if (b == Builtin::GroupPosCount)
+      return count();
+    if (b == Builtin::GroupPosSum)
+      return sum(a[0]);
+    return binary(l, cir::BinaryKind::Div, sum(a[0]), count());
+  }
+
   /// batch_*: a seq value reduces over the batch's sequences in one batch
   /// kernel. A token value first reduces per sequence (the seq kernels'
   /// block reductions), so that the batch kernel combines B partials, not N

@@ -96,6 +96,17 @@ def ops(batch, lam=0.9, eps=1e-6, thr=0.25):
                  for b, v in enumerate(V)]
     gext = [min(seq_mean_v[i] for i in members[g]) + gs[g]["max"] * gs[g]["sum"]
             for g in ids]
+    seq["grank"], out["gpos"] = [], []
+    for b, v in enumerate(V):
+        m = members[groups[b]]
+        rank = sum(1 for j in m if R[j] > R[b] or (R[j] == R[b] and j < b))
+        second = sorted((R[j] for j in m), reverse=True)[min(1, len(m) - 1)]
+        seq["grank"].append(rank + second * 0.5)
+        row = []
+        for t in range(len(v)):
+            at = [j for j in m if len(V[j]) > t]
+            row.append(sum(V[j][t] * math.exp(L[j][t]) for j in at) / len(at) + len(at))
+        out["gpos"].append(row)
     return {"token": out, "seq": seq, "group": {"gext": gext}}
 
 

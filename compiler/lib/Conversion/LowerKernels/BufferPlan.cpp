@@ -105,9 +105,13 @@ Abi planAbi(EstimatorOp est, const llvm::DenseSet<Operation *> &fused) {
     ft = elemOf(p.getResult());
   }
   abi.floatType = ft ? ft : Float32Type::get(est.getContext());
-  // Any broadcast from group, or group kernel, needs the group arrays.
-  est.walk([&](BroadcastOp bc) {
-    if (domainOf(bc.getOperand()) == Domain::Group)
+  // Any broadcast from group, group kernel, or read across the group needs
+  // the group arrays.
+  est.walk([&](Operation *op) {
+    if (auto bc = dyn_cast<BroadcastOp>(op);
+        bc && domainOf(bc.getOperand()) == Domain::Group)
+      abi.needsGroups = true;
+    if (isa<GroupRankOp, GroupPosSumOp>(op))
       abi.needsGroups = true;
   });
   return abi;

@@ -93,6 +93,10 @@ private:
   void emitRankSortBlock(RankOp rank);
   void emitRankSort(RankOp rank);
 
+  // GroupReads.cpp: values read at the other sequences of the group.
+  Value groupRank(GroupRankOp r);
+  Value groupPosSum(GroupPosSumOp s, Value t);
+
   // TokenExpr.cpp: values at a token and seq-level values.
   Value evalOuter(Value v);
   Value computeOuter(Value v);

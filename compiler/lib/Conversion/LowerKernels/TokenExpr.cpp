@@ -32,6 +32,8 @@ Value SeqKernelEmitter::computeOuter(Value v) {
   }
   if (isa<LengthOp>(op))
     return e.toFloat(len);
+  if (auto r = dyn_cast<GroupRankOp>(op))
+    return groupRank(r);
   if (isa<ReduceOp>(op))
     llvm_unreachable("reduction read before its loop was emitted");
   SmallVector<Value> x;
@@ -67,6 +69,8 @@ Value SeqKernelEmitter::computeTok(Value v, Value t) {
   }
   if (isa<PositionOp>(op))
     return e.toFloat(b.create<arith::SubIOp>(e.loc, t, start));
+  if (auto s = dyn_cast<GroupPosSumOp>(op))
+    return groupPosSum(s, t);
   if (auto s = dyn_cast<ShiftOp>(op))
     return shiftTok(s, t);
   if (auto bc = dyn_cast<BroadcastOp>(op)) {

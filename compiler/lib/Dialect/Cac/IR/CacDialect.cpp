@@ -126,6 +126,20 @@ LogicalResult RankOp::verify() {
   return success();
 }
 
+LogicalResult GroupRankOp::verify() {
+  if (fieldOf(getInput()).getDomain() != Domain::Seq ||
+      !isFloatField(getInput()))
+    return emitOpError("ranks the numbers of a seq field");
+  return success();
+}
+
+LogicalResult GroupPosSumOp::verify() {
+  if (fieldOf(getInput()).getDomain() != Domain::Token ||
+      !isFloatField(getInput()))
+    return emitOpError("sums the numbers of a token field");
+  return success();
+}
+
 LogicalResult SegGatherOp::verify() {
   if (fieldOf(getInput()).getDomain() != Domain::Seg ||
       !getInput().getDefiningOp<InputOp>())

@@ -38,7 +38,13 @@ bool readsOtherNodes(Operation *op) {
   return isa<ParentOp, ChildMeanOp, TreeMeanOp>(op);
 }
 
-/// Operations that stay outside kernels.
+/// Operations that read their operand at the other sequences of the group:
+/// the operand must be complete, so it comes from an earlier kernel (or is
+/// an input).
+bool readsOtherSeqs(Operation *op) {
+  return isa<GroupRankOp, GroupPosSumOp>(op);
+}
+
 /// Operations that stay outside kernels: inputs, and scalar computations
 /// (parameters, literals and arithmetic on them), which every kernel can
 /// recompute for free.
@@ -76,8 +82,10 @@ struct PartitionPass
       int64_t lo = 0;
       for (Value v : op.getOperands())
         if (Operation *def = v.getDefiningOp(); def && phase.count(def)) {
-          bool after = readsOtherNodes(&op) &&
-                       cast<FieldType>(v.getType()).getDomain() == Domain::Node;
+          bool after =
+              (readsOtherNodes(&op) &&
+               cast<FieldType>(v.getType()).getDomain() == Domain::Node) ||
+              readsOtherSeqs(&op);
           lo = std::max(lo, phase[def] + (after ? 1 : 0));
         }
       Domain g = gridOf(domainOf(&op));
@@ -117,7 +125,9 @@ struct PartitionPass
       for (OpOperand &use : llvm::make_early_inc_range(op->getUses())) {
         Operation *user = use.getOwner();
         int64_t up = phase.lookup(user);
-        if (up == phase[op] || grids[up] != grids[phase[op]])
+        // An operation that reads other sequences reads the stored value.
+        if (up == phase[op] || grids[up] != grids[phase[op]] ||
+            readsOtherSeqs(user))
           continue;
         OpBuilder cb(user);
         Operation *copy = cb.clone(*op);

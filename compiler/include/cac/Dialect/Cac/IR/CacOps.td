@@ -266,6 +266,45 @@ def Cac_RankOp : Cac_Op<"rank", [Pure, AllTypesMatch<["input", "result"]>]> {
   let hasVerifier = 1;
 }
 
+def Cac_GroupRankOp : Cac_Op<"group_rank", [Pure, AllTypesMatch<["input", "result"]>]> {
+  let summary = "descending rank of each sequence's value inside its group";
+  let description = [{
+    `group_rank[i]` is the number of sequences `j` of the same group with
+    `x[j] > x[i]`, or `x[j] == x[i]` and `j < i`: 0 for the largest value,
+    ties broken by the lower sequence index, so the ranks of a group are a
+    permutation of 0..n-1. It reads its operand at the other sequences of
+    the group, so the operand comes from an earlier kernel (cac-partition).
+
+    ```mlir
+    %r = cac.group_rank %x : !cac.field<seq, f64>
+    ```
+  }];
+  let arguments = (ins Cac_Field:$input);
+  let results = (outs Cac_Field:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
+def Cac_GroupPosSumOp : Cac_Op<"group_pos_sum", [Pure, AllTypesMatch<["input", "result"]>]> {
+  let summary = "sum over the group's tokens at each token's position";
+  let description = [{
+    At token `t` (0-based position) of sequence `i`: the sum of `x` at
+    position `t` of every sequence of `i`'s group that has a token there
+    (`i` included). Linear, and its own adjoint: the gradient of a loss
+    through it is `group_pos_sum` of the incoming gradient. It reads its
+    operand at the other sequences of the group, so the operand comes from
+    an earlier kernel (cac-partition).
+
+    ```mlir
+    %s = cac.group_pos_sum %x : !cac.field<token, f64>
+    ```
+  }];
+  let arguments = (ins Cac_Field:$input);
+  let results = (outs Cac_Field:$result);
+  let assemblyFormat = "$input attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
 def Cac_SegGatherOp : Cac_Op<"seg_gather", [Pure]> {
   let summary = "reads a per-segment input at each token's segment";
   let description = [{

@@ -1,0 +1,71 @@
+//===- GroupReads.cpp - Seq kernel values read across the group ----------===//
+//
+// group_rank and group_pos_sum read their operand at the other sequences of
+// the unit's group. cac-partition puts them after the kernel that stores the
+// operand (or reads an input), so they walk the group's members
+// (group_offsets, group_members) and load the stored values directly; on
+// the GPU every thread of the block walks them (they are not tile data).
+//
+//===----------------------------------------------------------------------===//
+
+#include "SeqKernel.h"
+
+namespace cac::lowering {
+
+/// The member sequences of the unit's group: `step(member, accs)` for each,
+/// in ascending sequence order, accumulating one float.
+static Value overMembers(Emitter &e, Value group,
+                         llvm::function_ref<Value(Value, Value)> step) {
+  IndexOps ix(e);
+  Value lo = e.loadI32AsI64(kGroupOffsets, group);
+  Value hi = e.loadI32AsI64(kGroupOffsets, ix.add(group, e.i64(1)));
+  return ix.range(lo, hi, {e.fconst(0.0)},
+                  [&](Value k, ValueRange acc) -> SmallVector<Value> {
+                    Value j = e.loadI32AsI64(kGroupMembers, k);
+                    return {step(j, acc[0])};
+                  })[0];
+}
+
+/// The number of members j with x[j] > x[i], or x[j] == x[i] and j < i.
+Value SeqKernelEmitter::groupRank(GroupRankOp r) {
+  Value x = r.getInput();
+  assert(!inKernel(x) && "cac-partition stores a group rank's operand");
+  Value xi = evalOuter(x);
+  return overMembers(e, group, [&](Value j, Value acc) {
+    Value xj = e.loadBuffer(x, j);
+    Value above =
+        b.create<arith::CmpFOp>(e.loc, arith::CmpFPredicate::OGT, xj, xi);
+    Value tie =
+        b.create<arith::CmpFOp>(e.loc, arith::CmpFPredicate::OEQ, xj, xi);
+    Value lower =
+        b.create<arith::CmpIOp>(e.loc, arith::CmpIPredicate::slt, j, unit);
+    Value before = b.create<arith::OrIOp>(
+        e.loc, above, b.create<arith::AndIOp>(e.loc, tie, lower));
+    return b.create<arith::AddFOp>(
+        e.loc, acc,
+        b.create<arith::SelectOp>(e.loc, before, e.fconst(1.0), e.fconst(0.0)));
+  });
+}
+
+/// The sum of x at token t's position over the members that reach it.
+Value SeqKernelEmitter::groupPosSum(GroupPosSumOp s, Value t) {
+  Value x = s.getInput();
+  assert(!inKernel(x) && "cac-partition stores a group_pos_sum's operand");
+  IndexOps ix(e);
+  Value p = ix.sub(t, start);
+  return overMembers(e, group, [&](Value j, Value acc) {
+    Value sj = e.loadI32AsI64(kSeqOffsets, j);
+    Value ej = e.loadI32AsI64(kSeqOffsets, ix.add(j, e.i64(1)));
+    Value at = ix.add(sj, p);
+    Value reaches = ix.cmpI(arith::CmpIPredicate::slt, at, ej);
+    // A member that ends before the position adds nothing (and is read at
+    // its first token, which exists).
+    Value v =
+        e.loadBuffer(x, b.create<arith::SelectOp>(e.loc, reaches, at, sj));
+    return b.create<arith::AddFOp>(
+        e.loc, acc,
+        b.create<arith::SelectOp>(e.loc, reaches, v, e.fconst(0.0)));
+  });
+}
+
+} // namespace cac::lowering

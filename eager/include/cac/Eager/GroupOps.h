@@ -1,0 +1,25 @@
+//===- GroupOps.h - Eager operations across a group's sequences -*- C++ -*-===//
+//
+// The eager forms of the operations that read the other sequences of a group
+// (group_rank, group_pos_sum), on the padded layout (Padded.h).
+//
+//===----------------------------------------------------------------------===//
+
+#ifndef CAC_EAGER_GROUPOPS_H
+#define CAC_EAGER_GROUPOPS_H
+
+#include "cac/Eager/Padded.h"
+
+namespace cac {
+
+/// For each sequence ([B] values `x`), the number of sequences j of its group
+/// with x[j] > x[i], or x[j] == x[i] and j < i, in `x`'s dtype.
+torch::Tensor groupRanks(const PaddedBatch &pb, const torch::Tensor &x);
+
+/// For each token ([B, T] values `x`), the sum of `x` at its position over
+/// the sequences of its group that reach it (differentiable).
+torch::Tensor groupPositionSums(const PaddedBatch &pb, const torch::Tensor &x);
+
+} // namespace cac
+
+#endif // CAC_EAGER_GROUPOPS_H
