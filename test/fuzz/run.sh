@@ -7,8 +7,8 @@
 #   test/fuzz/run.sh --ci [TARGET...]        each TARGET for its CI budget
 #   test/fuzz/run.sh 0 [TARGET...]           build only
 #
-# TARGET: frontend batch trainfile jsonl config safetensors checkpoint (all
-# of them when none is named; safetensors and checkpoint need LibTorch). The
+# TARGET: frontend batch trainfile jsonl config safetensors checkpoint
+# runargs (all of them when none is named; the last three need LibTorch). The
 # CI budget of a reader is a number of inputs (-runs=N, a condition, so a
 # busy machine is slower but runs the same test); the front end's is
 # CAC_FUZZ_SECONDS (150) of wall time, as before.
@@ -24,7 +24,7 @@ BUILD=${CAC_FUZZ_BUILD_DIR:-build-fuzz}
 JOBS=${CAC_FUZZ_JOBS:-2}
 CLANG=${CAC_FUZZ_CC:-clang-19}
 CLANGXX=${CAC_FUZZ_CXX:-clang++-19}
-ALL=(frontend batch trainfile jsonl config safetensors checkpoint)
+ALL=(frontend batch trainfile jsonl config safetensors checkpoint runargs)
 
 DURATION=120
 CI=0
@@ -53,6 +53,7 @@ ci_runs() {
     config) echo 4000;;
     safetensors) echo 4000;;
     checkpoint) echo 300;;
+    runargs) echo 20000;;
   esac
 }
 
@@ -125,6 +126,9 @@ for t in "${TARGETS[@]}"; do
     batch) suffix=-$t; opts+=(-dict=test/fuzz/batch.dict);;
     trainfile) suffix=-$t; opts+=(-dict=test/fuzz/train.dict);;
     checkpoint) suffix=-$t; opts=(-max_len=65536 -timeout=30 -rss_limit_mb=2048);;
+    # cac-run's messages and usage would fill the log: stdout and stderr
+    # are closed (libFuzzer's and the sanitizers' reports still show).
+    runargs) suffix=-$t; opts+=(-close_fd_mask=3 -dict=test/fuzz/runargs.dict);;
     *) suffix=-$t;;
   esac
   if [ "$CI" = 1 ] && [ "$t" != frontend ]; then
