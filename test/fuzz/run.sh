@@ -125,7 +125,7 @@ for t in "${TARGETS[@]}"; do
     frontend) suffix=""; opts=(-dict=test/fuzz/cac.dict -max_len=4096 -timeout=60 -rss_limit_mb=4096);;
     batch) suffix=-$t; opts+=(-dict=test/fuzz/batch.dict);;
     trainfile) suffix=-$t; opts+=(-dict=test/fuzz/train.dict);;
-    checkpoint) suffix=-$t; opts=(-max_len=65536 -timeout=30 -rss_limit_mb=2048);;
+    checkpoint) suffix=-$t; opts=(-max_len=65536 -timeout=30 -rss_limit_mb=2048 -dict=test/fuzz/checkpoint.dict);;
     # cac-run's messages and usage would fill the log: stdout and stderr
     # are closed (libFuzzer's and the sanitizers' reports still show).
     runargs) suffix=-$t; opts+=(-close_fd_mask=3 -dict=test/fuzz/runargs.dict);;
