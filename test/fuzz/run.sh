@@ -117,6 +117,14 @@ seed() {
   esac
 }
 
+# The inputs libFuzzer kept of TARGET's failures (not its slow-unit-*
+# files: an input slower than 10 s is reported, not failed, as a loaded
+# machine can stall any input; another target's files are not counted, so
+# runs of several targets at once do not disturb each other).
+failures() {
+  ls "$BUILD/crashes" | grep -cE "^$1-(crash|timeout|oom|leak)-" || true
+}
+
 status=0
 mkdir -p "$BUILD/crashes"
 for t in "${TARGETS[@]}"; do
@@ -142,7 +150,7 @@ for t in "${TARGETS[@]}"; do
   log="$BUILD/fuzz$suffix.log"
   seed "$t" "$seeds" || { status=1; continue; }
   mkdir -p "$corpus"
-  crashes_before=$(ls "$BUILD/crashes" | wc -l)
+  crashes_before=$(failures "$t")
   echo "cac fuzz: $t, ${budget[*]} (log: $log)"
   # Leak checks are off: the front end's context (and ANTLR's caches) and
   # LibTorch's allocator caches grow, which makes libFuzzer run
@@ -155,11 +163,11 @@ for t in "${TARGETS[@]}"; do
     "$corpus" "$seeds" > "$log" 2>&1 || rc=$?
   t3=$(date +%s)
   grep -E '^(#[0-9]+[[:space:]]+(INITED|DONE)|stat::)' "$log" || true
-  if [ "$rc" != 0 ] || [ "$(ls "$BUILD/crashes" | wc -l)" != "$crashes_before" ]; then
+  if [ "$rc" != 0 ] || [ "$(failures "$t")" != "$crashes_before" ]; then
     status=1
     echo "cac fuzz: $t FAILED (exit status $rc) after $((t3 - t2)) s; the end of $log:"
     tail -n 80 "$log"
-    for f in "$BUILD"/crashes/"$t"-*; do
+    for f in "$BUILD"/crashes/"$t"-{crash,timeout,oom,leak}-*; do
       [ -f "$f" ] || continue
       echo "--- $f ($(wc -c < "$f") bytes); reproduce with $BUILD/bin/cac-fuzz-$t $f"
       head -c 2048 "$f" | od -c | head -n 40
