@@ -2,7 +2,8 @@
 # Installs what is needed, builds cac with its tests, and runs every test:
 # CTest (lit suites over the compiler, GoogleTest over the runtime) and the
 # comparison of `cac eval` against the independent Python reference on
-# random batches; then fuzzes the front end for a bounded time.
+# random batches; then fuzzes the front end and every reader for a bounded
+# time.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -102,12 +103,13 @@ TORCH_PREFIX= TORCH_LIB= OUT=$gpu_out BUILD=$BUILD/gpu-dry-kernels \
 TORCH_PREFIX= TORCH_LIB= DEVICE=cpu NCCL=0 OUT=$gpu_out BUILD=$BUILD/gpu-dry-cac-run \
   scripts/gpu/cac-run/run.sh || status=1
 rm -rf "$gpu_out"
-# The front end under libFuzzer (test/fuzz/README.md): a clang build of the
-# fuzz target in build-fuzz/ (ASan + UBSan), then CAC_FUZZ_SECONDS (150) of
-# fuzzing from the seed corpus; a crash, sanitizer report or hang fails.
+# The fuzz targets (test/fuzz/README.md): a clang build in build-fuzz/ (ASan
+# + UBSan), then CAC_FUZZ_SECONDS (150) of fuzzing the front end and a fixed
+# number of inputs of each reader (run.sh --ci: about 30 s for all of them),
+# each from its seed corpus; a crash, sanitizer report or hang fails.
 # CAC_FUZZ_SECONDS=0 skips it (for local runs; CI runs it).
 fuzz_seconds=${CAC_FUZZ_SECONDS:-150}
 if [ "$fuzz_seconds" != 0 ]; then
-  test/fuzz/run.sh "$fuzz_seconds" || status=1
+  CAC_FUZZ_SECONDS=$fuzz_seconds test/fuzz/run.sh --ci || status=1
 fi
 exit $status

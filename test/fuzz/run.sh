@@ -1,23 +1,61 @@
 #!/usr/bin/env bash
-# Builds cac-fuzz-frontend (clang, libFuzzer, ASan + UBSan) in build-fuzz/ and
-# fuzzes the front end for SECONDS (default 120), single process, from the
-# seed corpus: stdlib/, examples/estimators/, test/DSL/, test/Inputs/imports/,
-# test/Unit/Eager/inputs/ and test/fuzz/seeds/ (README.md).
+# Builds the libFuzzer targets (clang, ASan + UBSan) in build-fuzz/ and
+# fuzzes them one after another, single process each, from their seed
+# corpora (README.md):
 #
-#   test/fuzz/run.sh [SECONDS]      (0: build only)
+#   test/fuzz/run.sh [SECONDS] [TARGET...]   each TARGET for SECONDS (120)
+#   test/fuzz/run.sh --ci [TARGET...]        each TARGET for its CI budget
+#   test/fuzz/run.sh 0 [TARGET...]           build only
+#
+# TARGET: frontend batch trainfile jsonl config safetensors checkpoint
+# runargs (all of them when none is named; the last three need LibTorch). The
+# CI budget of a reader is a number of inputs (-runs=N, a condition, so a
+# busy machine is slower but runs the same test); the front end's is
+# CAC_FUZZ_SECONDS (150) of wall time, as before.
 #
 # Exit status 0: no crash. 1: a crash, sanitizer report, timeout (hang) or
 # out-of-memory; the input is kept in build-fuzz/crashes/ and printed.
-# 2: the build failed. Environment: CAC_FUZZ_BUILD_DIR (build-fuzz),
-# CAC_FUZZ_JOBS (2), CAC_FUZZ_STAGE (mlir|cpu|llvm, see FuzzFrontend.cpp).
+# 2: the build failed or a bad argument. Environment: CAC_FUZZ_BUILD_DIR
+# (build-fuzz), CAC_FUZZ_JOBS (2), CAC_FUZZ_STAGE (mlir|cpu|llvm, see
+# FuzzFrontend.cpp).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-DURATION=${1:-120}
 BUILD=${CAC_FUZZ_BUILD_DIR:-build-fuzz}
 JOBS=${CAC_FUZZ_JOBS:-2}
 CLANG=${CAC_FUZZ_CC:-clang-19}
 CLANGXX=${CAC_FUZZ_CXX:-clang++-19}
-case "$DURATION" in ''|*[!0-9]*) echo "usage: $0 [SECONDS]" >&2; exit 2;; esac
+ALL=(frontend batch trainfile jsonl config safetensors checkpoint runargs)
+
+DURATION=120
+CI=0
+if [ $# -gt 0 ]; then
+  case "$1" in
+    --ci) CI=1; shift;;
+    ''|*[!0-9]*) ;;
+    *) DURATION=$1; shift;;
+  esac
+fi
+TARGETS=("$@")
+if [ ${#TARGETS[@]} = 0 ]; then TARGETS=("${ALL[@]}"); fi
+for t in "${TARGETS[@]}"; do
+  case " ${ALL[*]} " in
+    *" $t "*) ;;
+    *) echo "usage: $0 [SECONDS|--ci] [TARGET...]; TARGET: ${ALL[*]}" >&2; exit 2;;
+  esac
+done
+
+# Inputs of each reader in CI: a few seconds each on two busy cores.
+ci_runs() {
+  case "$1" in
+    batch) echo 20000;;
+    trainfile) echo 4000;;
+    jsonl) echo 2000;;
+    config) echo 4000;;
+    safetensors) echo 4000;;
+    checkpoint) echo 300;;
+    runargs) echo 20000;;
+  esac
+}
 
 launcher=()
 if command -v ccache > /dev/null; then
@@ -32,51 +70,110 @@ cmake -S . -B "$BUILD" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   "${launcher[@]}" -DCAC_FUZZ=ON -DCAC_ENABLE_TORCH=OFF -DCAC_ENABLE_CUDA=OFF \
   -DCAC_ENABLE_TESTS=OFF > "$BUILD.configure.log" 2>&1 \
   || { cat "$BUILD.configure.log"; exit 2; }
-cmake --build "$BUILD" --target cac-fuzz-frontend -j"$JOBS" || exit 2
+build_targets=()
+for t in "${TARGETS[@]}"; do build_targets+=("cac-fuzz-$t"); done
+cmake --build "$BUILD" --target "${build_targets[@]}" -j"$JOBS" || exit 2
 t1=$(date +%s)
-echo "cac fuzz: built $BUILD/bin/cac-fuzz-frontend in $((t1 - t0)) s"
-if [ "$DURATION" = 0 ]; then exit 0; fi  # build only (libFuzzer reads 0 as no limit)
-
-# Seeds are copied afresh (only .cac sources and the fuzz-*.test regression
-# inputs, which are cac files whose RUN lines are comments); the corpus the
-# fuzzer grows stays in $BUILD/corpus between local runs. test/fuzz/seeds/
-# holds seeds whose imports resolve from the repository root, where the
-# fuzzer runs: an input is the buffer "fuzz.cac", whose imports are relative
-# to the working directory.
-rm -rf "$BUILD/seeds"
-mkdir -p "$BUILD/seeds" "$BUILD/corpus" "$BUILD/crashes"
-for f in stdlib/*.cac examples/estimators/*.cac test/DSL/*.cac \
-  test/Inputs/imports/*.cac test/Unit/Eager/inputs/*.cac test/fuzz/seeds/*.cac \
-  test/DSL/fuzz-*.test; do
-  [ -f "$f" ] && cp "$f" "$BUILD/seeds/$(echo "$f" | tr / _)"
-done
-crashes_before=$(ls "$BUILD/crashes" | wc -l)
+echo "cac fuzz: built ${build_targets[*]} in $((t1 - t0)) s"
+if [ "$CI" = 0 ] && [ "$DURATION" = 0 ]; then exit 0; fi  # build only
 
 symbolizer=/usr/lib/llvm-19/bin/llvm-symbolizer
 if [ -x "$symbolizer" ]; then export ASAN_SYMBOLIZER_PATH=$symbolizer; fi
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
-# Leak checks are off: the context the target keeps between inputs (and
-# ANTLR's caches) grow, which makes libFuzzer run LeakSanitizer after most
-# inputs and halves the speed; a one-shot compiler's leaks are not its bugs.
-log="$BUILD/fuzz.log"
-echo "cac fuzz: fuzzing for $DURATION s (log: $log)"
-status=0
-"$BUILD/bin/cac-fuzz-frontend" -dict=test/fuzz/cac.dict \
-  -max_total_time="$DURATION" -max_len=4096 -timeout=60 -rss_limit_mb=4096 \
-  -detect_leaks=0 \
-  -print_final_stats=1 -artifact_prefix="$BUILD/crashes/" \
-  "$BUILD/corpus" "$BUILD/seeds" > "$log" 2>&1 || status=$?
-t2=$(date +%s)
 
-grep -E '^(#[0-9]+[[:space:]]+(INITED|DONE)|stat::)' "$log" || true
-if [ "$status" != 0 ] || [ "$(ls "$BUILD/crashes" | wc -l)" != "$crashes_before" ]; then
-  echo "cac fuzz: FAILED (exit status $status) after $((t2 - t1)) s; the end of $log:"
-  tail -n 80 "$log"
-  for f in "$BUILD"/crashes/*; do
-    [ -f "$f" ] || continue
-    echo "--- $f ($(wc -c < "$f") bytes); reproduce with $BUILD/bin/cac-fuzz-frontend $f"
-    head -c 2048 "$f" | od -c | head -n 40
+# Copies FILES... into DIR (named by their paths, so equal names differ).
+copy_seeds() {
+  local dir=$1; shift
+  local f
+  for f in "$@"; do
+    [ -f "$f" ] && cp "$f" "$dir/$(echo "$f" | tr / _)"
   done
-  exit 1
-fi
-echo "cac fuzz: no crash in $((t2 - t1)) s; corpus $(ls "$BUILD/corpus" | wc -l) inputs"
+  return 0
+}
+
+# Fills $BUILD/seeds-TARGET (the frontend's: $BUILD/seeds) afresh; the corpus
+# each target grows stays between local runs.
+seed() {
+  local t=$1 dir=$2
+  rm -rf "$dir"
+  mkdir -p "$dir"
+  case "$t" in
+    # Only .cac sources and the fuzz-*.test regression inputs (cac files
+    # whose RUN lines are comments). test/fuzz/seeds/*.cac hold imports that
+    # resolve from the repository root, where the fuzzer runs: an input is
+    # the buffer "fuzz.cac", whose imports are relative to the working
+    # directory.
+    frontend) copy_seeds "$dir" stdlib/*.cac examples/estimators/*.cac \
+      test/DSL/*.cac test/Inputs/imports/*.cac test/Unit/Eager/inputs/*.cac \
+      test/fuzz/seeds/*.cac test/DSL/fuzz-*.test;;
+    batch) copy_seeds "$dir" examples/batches/*.json test/Stdlib/Inputs/*.json \
+      test/fuzz/seeds/batch/*;;
+    trainfile) copy_seeds "$dir" examples/*/train*.cac test/fuzz/seeds/trainfile/*;;
+    # The checkpoint a trainer with the target's tiny policy saves, packed.
+    checkpoint) copy_seeds "$dir" test/fuzz/seeds/checkpoint/*
+      CAC_FUZZ_WRITE_SEED="$dir/saved" "$BUILD/bin/cac-fuzz-checkpoint" \
+        > /dev/null 2>&1 || { echo "cac fuzz: cannot write the checkpoint seed"; return 1; };;
+    *) copy_seeds "$dir" test/fuzz/seeds/"$t"/*;;
+  esac
+}
+
+# The inputs libFuzzer kept of TARGET's failures (not its slow-unit-*
+# files: an input slower than 10 s is reported, not failed, as a loaded
+# machine can stall any input; another target's files are not counted, so
+# runs of several targets at once do not disturb each other).
+failures() {
+  ls "$BUILD/crashes" | grep -cE "^$1-(crash|timeout|oom|leak)-" || true
+}
+
+status=0
+mkdir -p "$BUILD/crashes"
+for t in "${TARGETS[@]}"; do
+  opts=(-max_len=4096 -timeout=10 -rss_limit_mb=2048)
+  case "$t" in
+    frontend) suffix=""; opts=(-dict=test/fuzz/cac.dict -max_len=4096 -timeout=60 -rss_limit_mb=4096);;
+    batch) suffix=-$t; opts+=(-dict=test/fuzz/batch.dict);;
+    trainfile) suffix=-$t; opts+=(-dict=test/fuzz/train.dict);;
+    checkpoint) suffix=-$t; opts=(-max_len=65536 -timeout=30 -rss_limit_mb=2048 -dict=test/fuzz/checkpoint.dict);;
+    # cac-run's messages and usage would fill the log: stdout and stderr
+    # are closed (libFuzzer's and the sanitizers' reports still show).
+    runargs) suffix=-$t; opts+=(-close_fd_mask=3 -dict=test/fuzz/runargs.dict);;
+    *) suffix=-$t;;
+  esac
+  if [ "$CI" = 1 ] && [ "$t" != frontend ]; then
+    budget=(-runs="$(ci_runs "$t")")
+  elif [ "$CI" = 1 ]; then
+    budget=(-max_total_time="${CAC_FUZZ_SECONDS:-150}")
+  else
+    budget=(-max_total_time="$DURATION")
+  fi
+  seeds="$BUILD/seeds$suffix" corpus="$BUILD/corpus$suffix"
+  log="$BUILD/fuzz$suffix.log"
+  seed "$t" "$seeds" || { status=1; continue; }
+  mkdir -p "$corpus"
+  crashes_before=$(failures "$t")
+  echo "cac fuzz: $t, ${budget[*]} (log: $log)"
+  # Leak checks are off: the front end's context (and ANTLR's caches) and
+  # LibTorch's allocator caches grow, which makes libFuzzer run
+  # LeakSanitizer after most inputs and halves the speed; a one-shot
+  # program's leaks are not what this hunts.
+  t2=$(date +%s)
+  rc=0
+  "$BUILD/bin/cac-fuzz-$t" "${opts[@]}" "${budget[@]}" -detect_leaks=0 \
+    -print_final_stats=1 -artifact_prefix="$BUILD/crashes/$t-" \
+    "$corpus" "$seeds" > "$log" 2>&1 || rc=$?
+  t3=$(date +%s)
+  grep -E '^(#[0-9]+[[:space:]]+(INITED|DONE)|stat::)' "$log" || true
+  if [ "$rc" != 0 ] || [ "$(failures "$t")" != "$crashes_before" ]; then
+    status=1
+    echo "cac fuzz: $t FAILED (exit status $rc) after $((t3 - t2)) s; the end of $log:"
+    tail -n 80 "$log"
+    for f in "$BUILD"/crashes/"$t"-{crash,timeout,oom,leak}-*; do
+      [ -f "$f" ] || continue
+      echo "--- $f ($(wc -c < "$f") bytes); reproduce with $BUILD/bin/cac-fuzz-$t $f"
+      head -c 2048 "$f" | od -c | head -n 40
+    done
+    continue
+  fi
+  echo "cac fuzz: $t: no crash in $((t3 - t2)) s; corpus $(ls "$corpus" | wc -l) inputs"
+done
+exit "$status"

@@ -393,7 +393,13 @@ void loadCheckpoint(const fs::path &dir, CheckpointState &state) {
       }
       auto &o = static_cast<torch::optim::AdamWOptions &>(current[g].options());
       o.lr(saved.at("lr").get<double>());
-      o.betas({saved.at("betas")[0].get<double>(), saved.at("betas")[1].get<double>()});
+      // at(), not []: a const json's [] does not check the index, and a
+      // damaged file may hold fewer than two betas.
+      const json &betas = saved.at("betas");
+      if (!betas.is_array() || betas.size() != 2)
+        fail(dir, "checkpoint.json: optimizer group " + std::to_string(g) +
+                      ": 'betas' is not two numbers: " + betas.dump());
+      o.betas({betas.at(0).get<double>(), betas.at(1).get<double>()});
       o.eps(saved.at("eps").get<double>());
       o.weight_decay(saved.at("weight_decay").get<double>());
       o.amsgrad(saved.at("amsgrad").get<bool>());

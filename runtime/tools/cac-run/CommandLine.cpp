@@ -70,8 +70,13 @@ std::optional<int64_t> parseCount(const std::string &s) {
   return v;
 }
 
+/// False for a path that cannot be examined at all (a name longer than the
+/// system allows, a loop of links): the throwing is_regular_file would end
+/// cac-run with an uncaught exception instead of a usage error.
 bool isExecutable(const fs::path &p) {
-  return !p.empty() && fs::is_regular_file(p) && access(p.c_str(), X_OK) == 0;
+  std::error_code ec;
+  return !p.empty() && fs::is_regular_file(p, ec) &&
+         access(p.c_str(), X_OK) == 0;
 }
 
 /// The checks of --workers N / --gpus N; an exit status on a bad one.

@@ -255,6 +255,16 @@ TEST(Checkpoint, TruncatedOrDamagedCheckpointsAreRejected) {
            writeFile(ckpt / "checkpoint.json", j.dump());
          },
          {"malformed optimizer entry"});
+  // Found by test/fuzz (cac-fuzz-checkpoint): fewer than two betas read
+  // past the end of the array.
+  for (const char *betas : {"[]", "[0.9]", "{\"a\": 1, \"b\": 2}"})
+    damage("checkpoint.json",
+           [&] {
+             json j = json::parse(readFile(ckpt / "checkpoint.json"));
+             j["optimizer"]["param_groups"][1]["betas"] = json::parse(betas);
+             writeFile(ckpt / "checkpoint.json", j.dump());
+           },
+           {"optimizer group 1", "'betas' is not two numbers"});
   damage("checkpoint.json",
          [&] {
            json j = json::parse(readFile(ckpt / "checkpoint.json"));

@@ -402,6 +402,21 @@ TEST_F(ReliabilityTest, NanWeightsInAModelFolderAreRefused) {
 
 // A dataset prompt longer than the model's positions is refused before the
 // run, naming the problem's line, not when it is first sampled.
+// Found by test/fuzz (cac-fuzz-runargs): a path with a name longer than
+// the system allows made cac-run's check of --compiler throw, and cac-run
+// died of the uncaught exception.
+TEST_F(ReliabilityTest, AnUnexaminableCompilerPathIsAUsageError) {
+  std::string err;
+  std::string path = "/" + std::string(300, 'v');
+  EXPECT_EQ(shell(std::string(CAC_TEST_CAC_RUN) + " train.cac --compiler " +
+                      path,
+                  &err),
+            2);
+  EXPECT_NE(err.find("--compiler: '" + path + "' is not an executable"),
+            std::string::npos)
+      << err;
+}
+
 TEST_F(ReliabilityTest, APromptLongerThanThePositionsIsRefusedUpFront) {
   fs::create_directories(dir_ / "a");
   std::ofstream(dir_ / "a" / "train.jsonl")
