@@ -242,6 +242,37 @@ TEST(Gsm8k, MalformedLinesNameFileAndLine) {
   EXPECT_ERROR([&] { loadGsm8k(dir / "absent.jsonl"); }, {"absent.jsonl"});
 }
 
+// examples/gsm8k's generated sample (make_sample.py): the loader reads its
+// final answers, and the reward gives 1 to the worked answer the SFT warm
+// start trains on, and to its reasoning alone, whose last number is the
+// answer; no test question is a training question.
+TEST(Gsm8k, TheExampleSampleLoadsAndItsSolutionsScore) {
+  fs::path folder = fs::path(CAC_TEST_SOURCE_DIR) / "examples" / "gsm8k";
+  auto train = loadGsm8k(folder / "train.jsonl");
+  auto test = loadGsm8k(folder / "test.jsonl");
+  EXPECT_EQ(train.size(), 64u);
+  EXPECT_EQ(test.size(), 16u);
+  std::set<std::string> questions;
+  for (const Problem &p : train)
+    questions.insert(p.prompt);
+  for (const auto *split : {&train, &test})
+    for (const Problem &p : *split) {
+      SCOPED_TRACE(p.id);
+      // The generator's answers are non-negative integers.
+      ASSERT_FALSE(p.answer.empty());
+      ASSERT_EQ(p.answer.find_first_not_of("0123456789"), std::string::npos)
+          << p.answer;
+      EXPECT_NE(p.solution.find("<<"), std::string::npos) << p.solution;
+      EXPECT_EQ(gsm8kReward(p, " " + p.solution), 1.0);
+      std::string reasoning = p.solution.substr(0, p.solution.rfind("####"));
+      EXPECT_EQ(gsm8kReward(p, reasoning), 1.0) << reasoning;
+      std::string wrong = std::to_string(std::stol(p.answer) + 1);
+      EXPECT_EQ(gsm8kReward(p, reasoning + "#### " + wrong), 0.0);
+      if (split == &test)
+        EXPECT_EQ(questions.count(p.prompt), 0u) << p.prompt;
+    }
+}
+
 TEST(Jsonl, LoadsFieldsByName) {
   TempDir dir;
   fs::path file = dir / "data.jsonl";
