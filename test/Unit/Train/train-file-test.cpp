@@ -442,7 +442,8 @@ TEST(TrainFile, Overrides) {
 
 TEST(TrainFile, ExamplesParse) {
   size_t count = 0;
-  for (const char *folder : {"/examples/arith", "/examples/reverse"})
+  for (const char *folder :
+       {"/examples/arith", "/examples/reverse", "/examples/gsm8k"})
     for (const auto &entry : std::filesystem::directory_iterator(
              std::string(CAC_TEST_SOURCE_DIR) + folder)) {
       if (entry.path().extension() != ".cac")
@@ -454,14 +455,15 @@ TEST(TrainFile, ExamplesParse) {
       EXPECT_EQ(errors, "");
       EXPECT_TRUE(std::filesystem::exists(cfg->estimator.path))
           << cfg->estimator.path;
-      if (cfg->task.kind == TaskSpec::Kind::Jsonl) {
+      if (cfg->task.kind == TaskSpec::Kind::Jsonl ||
+          cfg->task.kind == TaskSpec::Kind::Gsm8k) {
         EXPECT_TRUE(std::filesystem::exists(cfg->task.trainPath))
             << cfg->task.trainPath;
         EXPECT_TRUE(std::filesystem::exists(cfg->task.evalPath))
             << cfg->task.evalPath;
       }
     }
-  EXPECT_GE(count, 18u);
+  EXPECT_GE(count, 19u);
   std::string errors;
   EXPECT_FALSE(loadTrainFile("/nonexistent/train.cac", errors));
   EXPECT_EQ(errors,
