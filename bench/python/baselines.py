@@ -48,9 +48,10 @@ from verl_reference import (ref_gae, ref_grpo, ref_grpo_vectorized,  # noqa: E40
                             ref_rloo, ref_rloo_vectorized)
 
 
-def timed(iters, fn, sync):
-    """(median, min) ms per call, each call from a synchronized device to
-    its outputs ready."""
+def timed(iters, fn, sync=lambda: None):
+    """(median, min) milliseconds over `iters` calls after a warm-up, each
+    call from a synchronized device (`sync`) to its outputs ready: the
+    median is the typical call, the minimum the call on an idle machine."""
     fn()
     sync()
     times = []

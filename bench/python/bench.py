@@ -24,9 +24,7 @@ the runtime's.
 """
 
 import argparse
-import statistics
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
@@ -40,17 +38,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "test" / "python"))
 from verl_reference import ref_gae, ref_grpo  # noqa: E402
 
-
-def timed(iters, fn):
-    """(median, min) milliseconds over `iters` calls after a warm-up: the
-    median is the typical call, the minimum the call on an idle machine."""
-    fn()
-    times = []
-    for _ in range(iters):
-        t = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t) * 1e3)
-    return statistics.median(times), min(times)
+from baselines import timed  # noqa: E402
 
 
 def make_batch(B, T, seed=1):

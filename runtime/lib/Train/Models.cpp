@@ -15,6 +15,15 @@ namespace cac::rt::train {
 
 namespace {
 
+/// The task tokenizer's BOS, EOS and padding ids into \p c.
+void setSpecialIds(ModelConfig &c, const Tokenizer &tokenizer) {
+  c.bosTokenId = tokenizer.bosId();
+  c.eosTokenIds.clear();
+  if (tokenizer.eosId())
+    c.eosTokenIds = {*tokenizer.eosId()};
+  c.padTokenId = tokenizer.padId();
+}
+
 ModelConfig builtinConfig(const Tokenizer &tokenizer, const ModelSpec &m) {
   ModelConfig c;
   c.modelType = "llama";
@@ -27,10 +36,7 @@ ModelConfig builtinConfig(const Tokenizer &tokenizer, const ModelSpec &m) {
   c.maxPositionEmbeddings = m.maxPositions;
   c.rmsNormEps = 1e-5;
   c.tieWordEmbeddings = true;
-  c.bosTokenId = tokenizer.bosId();
-  if (tokenizer.eosId())
-    c.eosTokenIds = {*tokenizer.eosId()};
-  c.padTokenId = tokenizer.padId();
+  setSpecialIds(c, tokenizer);
   c.validate("builtin model");
   return c;
 }
@@ -52,11 +58,7 @@ ModelConfig randomConfig(const Tokenizer &tokenizer, const ModelSpec &m) {
         what + ": the task's tokenizer has " +
         std::to_string(tokenizer.vocabSize()) + " ids, more than the " +
         std::to_string(c.vocabSize) + " rows of the architecture's embedding");
-  c.bosTokenId = tokenizer.bosId();
-  c.eosTokenIds.clear();
-  if (tokenizer.eosId())
-    c.eosTokenIds = {*tokenizer.eosId()};
-  c.padTokenId = tokenizer.padId();
+  setSpecialIds(c, tokenizer);
   c.validate(what);
   return c;
 }

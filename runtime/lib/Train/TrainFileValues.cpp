@@ -23,11 +23,9 @@ bool parseRandomModel(Checker &c, const Value &v, ModelSpec &m) {
   a.str("arch", m.arch);
   std::optional<ModelConfig> arch = publicArchitecture(m.arch);
   if (!arch) {
-    std::string names;
-    for (const std::string &n : publicArchitectureNames())
-      names += (names.empty() ? "" : ", ") + n;
-    c.diag().error(a.get("arch")->loc, "unknown architecture '" + m.arch +
-                                           "' (architectures: " + names + ")");
+    c.diag().error(a.get("arch")->loc,
+                   "unknown architecture '" + m.arch + "' (architectures: " +
+                       joinNames(publicArchitectureNames()) + ")");
     return false;
   }
   m.layers = 0, m.maxPositions = 0;
