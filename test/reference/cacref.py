@@ -837,6 +837,49 @@ def eval_otb(b, p):
 
 # name -> (function, {param: default or REQUIRED}, inputs, required outputs, optional outputs)
 # Outputs are (domain, name); optional ones are compared only when `cac eval` prints them.
+def turn_starts_of(b):
+    """Per sequence, the first token of each turn: the batch's token "turn_start" (as cac eval
+    derives it from "obs"), the first token always; without it the sequence is one turn."""
+    rows = b.tok("turn_start") if "turn_start" in b.token else [[0.0] * n for n in b.lengths]
+    return [[t for t in range(len(r)) if t == 0 or r[t] > 0] for r in rows]
+
+
+def bi_level_gae_seq(values, rewards, ends, gamma, lam, turn_gamma):
+    """RAGEN's compute_bi_level_gae_advantage_return on one sequence (no whitening): the turn
+    level over the turns' last tokens `ends`, then the token level inside each turn with the
+    turn return as the reward of its last token. Returns (adv, ret)."""
+    T = len(values)
+    reward = list(rewards)
+    last = 0.0
+    for k in range(len(ends) - 1, -1, -1):
+        e = ends[k]
+        nv = values[ends[k + 1]] if k + 1 < len(ends) else 0.0
+        last = reward[e] + turn_gamma * nv - values[e] + turn_gamma * lam * last
+        reward[e] = last + values[e]  # the turn's return, the token level's reward there
+    adv, last = [0.0] * T, 0.0
+    for t in range(T - 1, -1, -1):
+        if t in ends:
+            nv, last = 0.0, 0.0
+        else:
+            nv = values[t + 1]
+        last = reward[t] + gamma * nv - values[t] + gamma * lam * last
+        adv[t] = last
+    return adv, [a + v for a, v in zip(adv, values)]
+
+
+def eval_turn_gae(b, p):
+    V, r = b.tok("value"), b.tok("reward")
+    adv, ret = [], []
+    for i, starts in enumerate(turn_starts_of(b)):
+        ends = [s - 1 for s in starts[1:]] + [b.lengths[i] - 1]
+        a, g = bi_level_gae_seq(V[i], r[i], ends, p["gamma"], p["lambda"], p["turn_gamma"])
+        adv.append(a)
+        ret.append(g)
+    if flag(p["whiten"]):
+        adv = masked_whiten(adv)
+    return _output(b, token={"adv": adv, "ret": ret})
+
+
 METHODS = {
     "gae": (eval_gae, {"gamma": 1.0, "lambda": 0.95},
             {"token": ["value"], "seq": ["reward"]},
@@ -905,6 +948,13 @@ METHODS.update({
                    [("token", "adv"), ("token", "ret")], []),
     "gdpo": (eval_gdpo, {"w1": 1.0, "w2": 1.0, "eps": 1e-6, "std": 1, "lone": 0},
              {"seq": ["reward", "reward2", "group"]}, [("token", "adv")], []),
+})
+
+
+METHODS.update({
+    "turn_gae": (eval_turn_gae, {"gamma": 1.0, "lambda": 1.0, "turn_gamma": 0.95, "whiten": 0},
+                 {"token": ["value", "reward", "turn_start"]},
+                 [("token", "adv"), ("token", "ret")], []),
 })
 
 
@@ -1414,6 +1464,11 @@ PARAM_CHOICES.update({
 })
 GROUP_METHODS = GROUP_METHODS + ("gdpo",)
 
+PARAM_CHOICES.update({
+    "turn_gae": {"gamma": [1.0, 0.99], "lambda": [1.0, 0.95, 0.5], "turn_gamma": [0.95, 1.0, 0.8],
+                 "whiten": [0, 1]},
+})
+
 REQUIRED_DEFAULTS = {"sae": {"lambda": 0.95}}  # used for a required parameter in default mode
 
 THRESHOLD_MARGIN = 1e-5  # relative distance kept between p_old and any threshold
@@ -1793,6 +1848,8 @@ def _extend_batch(method, rng, data, lengths, reward_kind):
         data["token"]["logp_behavior"] = [
             [x if rng.random() < 0.2 else f32(min(0.0, x + rng.gauss(0, 0.5))) for x in r]
             for r in logp]
+    if method == "turn_gae":
+        _turn_batch(rng, data, lengths)
     if method == "gdpo":
         B = len(lengths)
         r2 = _rewards(rng, B, rng.choice(["binary", "dyadic"]))
@@ -1802,6 +1859,26 @@ def _extend_batch(method, rng, data, lengths, reward_kind):
                 v = r2[groups.index(g)]
                 r2 = [v if gg == g else x for gg, x in zip(groups, r2)]
         data["seq"]["reward2"] = r2
+
+
+def _turn_batch(rng, data, lengths):
+    """Turns (token "turn_start"): none but the first in some rows, one-token turns in others;
+    the turn's reward (dyadic) on its last token, now and then a token reward inside a turn."""
+    del data["seq"]["reward"]
+    starts, rewards = [], []
+    for n in lengths:
+        q = rng.choice([0.0, 0.05, 0.2, 0.6])
+        row = [1.0 if t == 0 or rng.random() < q else 0.0 for t in range(n)]
+        if rng.random() < 0.2:
+            row[0] = 0.0  # the first token starts a turn anyway
+        ends = {t - 1 for t in range(1, n) if row[t]} | {n - 1}
+        rewards.append([rng.randint(-16, 32) / 16 if t in ends and rng.random() < 0.8
+                        else (rng.randint(-4, 4) / 16 if rng.random() < 0.1 else 0.0)
+                        for t in range(n)])
+        starts.append(row)
+    data["token"]["turn_start"] = starts
+    data["token"]["reward"] = rewards
+    data["token"]["value"] = [[_value(rng) for _ in range(n)] for n in lengths]
 
 
 # Rewards whose mean is inexact in binary: a group of them leaves a rounding residue in a

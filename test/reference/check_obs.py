@@ -9,7 +9,9 @@ then inserts random observation tokens (tool output, with arbitrary values in ev
 array) at random places and marks them in "obs". `cac eval` of the batch with observations
 must print, on the action tokens, exactly what it prints for the batch without them, 0 on the
 observation tokens, the same seq/group/node/seg values and objective, and segment starts
-moved to the tokens' original positions. Exit status 1 on a mismatch.
+moved to the tokens' original positions. An estimator that reads `turn_start` (TURN_METHODS)
+is compared with the plain batch whose turns start where observations were inserted.
+Exit status 1 on a mismatch.
 """
 
 import argparse
@@ -28,6 +30,18 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 METHODS = ["gae", "sae", "grpo", "spo_chain", "sapo", "spo_tree", "vineppo", "reinforce_pp",
            "reinforce_pp_baseline", "opo", "otb"]
 OBJECTIVES = ["ppo_clip", "sapo_loss", "gspo"]
+# Estimators that read turn_start: the observations make their turns. The plain batch gives
+# "turn_start" where the observations were inserted; the batch with them leaves it to cac
+# eval to derive (docs/language.md, "Observation tokens").
+TURN_METHODS = ["turn_gae"]
+
+
+def turns_from_observations(plain, full, where):
+    """1 on the first action and on each action with an observation just before it."""
+    plain["token"]["turn_start"] = [
+        [1.0 if k == 0 or pos[k] - pos[k - 1] > 1 else 0.0 for k in range(len(pos))]
+        for pos in where]
+    del full["token"]["turn_start"]
 
 
 def with_observations(batch, rng):
@@ -111,14 +125,16 @@ def main():
     lo, _, hi = args.seeds.partition("-")
     passed = failed = 0
     with tempfile.TemporaryDirectory() as tmp:
-        for name in METHODS + OBJECTIVES:
+        for name in METHODS + TURN_METHODS + OBJECTIVES:
             for seed in range(int(lo), int(hi or lo) + 1):
                 rng = random.Random(f"check-obs:{name}:{seed}")
-                if name in METHODS:
+                if name in METHODS + TURN_METHODS:
                     plain_b = cacref.random_batch(name, seed, args.max_len)
                 else:
                     plain_b = check_objective.batch_for(name, seed, args.max_len)
                 full_b, where, obs = with_observations(plain_b, rng)
+                if name in TURN_METHODS:
+                    turns_from_observations(plain_b, full_b, where)
                 paths = []
                 for tag, b in (("plain", plain_b), ("full", full_b)):
                     paths.append(os.path.join(tmp, f"{name}-{seed}-{tag}.json"))

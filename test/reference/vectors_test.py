@@ -193,6 +193,51 @@ def field_methods_by_hand():
 
 
 @test
+def turn_gae_by_hand():
+    # Turns [0, 1], [2], [3, 4]; V = [.5, .4, .2, .6, .3]; the turns' rewards 1, 0, 2 on their
+    # last tokens; gamma 1, lambda 0.5, turn_gamma 0.5. Turn level (V at the ends .4, .2, .3):
+    # A_2 = 2 - .3 = 1.7; A_1 = 0 + .5 * .3 - .2 + .25 * 1.7 = .375;
+    # A_0 = 1 + .5 * .2 - .4 + .25 * .375 = .79375. The turn returns A + V(end) are the rewards
+    # of the ends, so adv = A_k there; inside the turns: adv_3 = .3 - .6 + .5 * 1.7 = .55,
+    # adv_0 = .4 - .5 + .5 * .79375 = .296875.
+    V = [0.5, 0.4, 0.2, 0.6, 0.3]
+    batch = one_seq_batch({"value": V, "reward": [0, 1, 0, 0, 2],
+                           "turn_start": [1, 0, 1, 1, 0]}, {},
+                          {"gamma": 1.0, "lambda": 0.5, "turn_gamma": 0.5})
+    out = R.evaluate("turn_gae", batch)
+    adv = [0.296875, 0.79375, 0.375, 0.55, 1.7]
+    close(out["token"]["adv"], [adv], what="turn_gae adv")
+    close(out["token"]["ret"], [[a + v for a, v in zip(adv, V)]], what="turn_gae ret")
+    # Whitened over the tokens (verl's masked_whiten), ret unchanged.
+    out = R.evaluate("turn_gae", dict(batch, params={"gamma": 1.0, "lambda": 0.5,
+                                                     "turn_gamma": 0.5, "whiten": 1}))
+    m = sum(adv) / 5
+    sd = math.sqrt(sum((a - m) ** 2 for a in adv) / 4 + 1e-8)
+    close(out["token"]["adv"], [[(a - m) / sd for a in adv]], what="turn_gae whitened")
+    # One-token turns only: every token ends its turn, adv = A_k, a GAE over the tokens
+    # with turn_gamma as the discount.
+    one = one_seq_batch({"value": [0.5, 0.25], "reward": [1, 2], "turn_start": [1, 1]}, {},
+                        {"lambda": 1.0, "turn_gamma": 0.5})
+    close(R.evaluate("turn_gae", one)["token"]["adv"],
+          [[1 + 0.5 * 0.25 - 0.5 + 0.5 * (2 - 0.25), 2 - 0.25]], what="turn_gae one-token turns")
+
+
+@test
+def turn_gae_one_turn_is_gae_dense():
+    # Without turn starts a sequence is one turn: its turn return is the last reward, and
+    # the token level is GAE on the token reward (gae_dense), whatever turn_gamma is.
+    for seed in range(1, 6):
+        b = R.random_batch("turn_gae", seed, 48)
+        del b["token"]["turn_start"]
+        p = dict({"gamma": 1.0, "lambda": 1.0}, **b["params"])
+        p.update(turn_gamma=0.7, whiten=0)
+        got = R.evaluate("turn_gae", dict(b, params=p))
+        want = R.evaluate("gae_dense", dict(b, params={k: p[k] for k in ("gamma", "lambda")}))
+        close(got["token"]["adv"], want["token"]["adv"], 1e-12, f"seed {seed} adv")
+        close(got["token"]["ret"], want["token"]["ret"], 1e-12, f"seed {seed} ret")
+
+
+@test
 def grpo_groups_and_singletons():
     # Groups are per prompt id; a group of one gets 0 with every std convention.
     batch = {"token": {"logp": [[-0.1], [-0.1, -0.2], [-0.3], [-0.1]]},

@@ -98,8 +98,10 @@ private:
         child.segInputs[st.name] = v;
     }
     child.firstSeqInput = firstSeqInput;
+    child.turnStarts = turnStarts;
     for (const Stmt &st : imp->module->stmts)
       child.genStmt(st);
+    turnStarts = child.turnStarts;
     for (auto &kv : child.outputs)
       symbols[e.qualifier + "." + kv.first().str()] = kv.second;
     // The importer reads the imported parameters as `alias_param`.
@@ -581,6 +583,15 @@ private:
     }
   }
 
+  /// turn_start: the batch's token field `turn_start` (1 at the first action
+  /// of each turn; cac eval derives it from the observations), read once.
+  Value lowerTurnStart(Builtin, ArrayRef<Value>, Location l) {
+    if (!turnStarts)
+      turnStarts = builder.create<cir::InputOp>(l, field(cir::Domain::Token),
+                                                "turn_start");
+    return cmp(l, cir::CmpPredicate::GT, turnStarts, constant(l, 0.0));
+  }
+
   /// seg_start, seg_end, seg_pos, seg_len, num_segs.
   Value lowerSegStructure(Builtin b, ArrayRef<Value>, Location l) {
     switch (b) {
@@ -859,6 +870,8 @@ private:
   Value segStart, segEnd, segId;
   /// The first input of the seq domain, if any (what group_count counts).
   Value firstSeqInput;
+  /// The implicit token input read by turn_start, once it is read.
+  Value turnStarts;
   /// The estimator being generated; for an imported one, its outputs (by
   /// name) and the prefix of its parameters.
   const Estimator *current = nullptr;

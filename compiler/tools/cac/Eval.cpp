@@ -15,6 +15,7 @@
 #include "cac/Eval/Batch.h"
 #include "cac/Eval/Output.h"
 #include "cac/Eval/Runner.h"
+#include "cac/Eval/Turns.h"
 #include "cac/Target/Target.h"
 #ifdef CAC_EAGER_PLUGIN
 #include "cac/Eager/EagerPlugin.h"
@@ -220,6 +221,7 @@ int runEval(const ToolOptions &opts, Source &src) {
     fullBatch = std::move(*batch);
     *batch = actionsOnly(fullBatch);
   }
+  addTurnStarts(fullBatch.obs.empty() ? *batch : fullBatch, *batch);
   std::optional<ObjectiveInfo> objective = objectiveOf(*module);
   auto aggregation = settleAggregation(opts, *module, objective, *batch);
   if (!aggregation)
