@@ -67,7 +67,7 @@ python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$methods" 
 # The edges the conventions settle (cacref.edge_batch): no epsilon on groups
 # of equal rewards (inexact ones such as 0.1 too), trees of equal rewards,
 # chains up to 4096 one-token nodes deep; every backend, f64 and f32.
-edge_methods=grpo,treeadv,spo_tree,grpo_passk,otb
+edge_methods=grpo,treeadv,spo_tree,grpo_passk,otb,gigpo
 python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$edge_methods" \
   --backend cpu,eager,gpu-sim --seeds 1-6 --max-len 4096 --stdlib stdlib \
   --params edge || status=1
@@ -75,11 +75,11 @@ python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$edge_meth
   --backend cpu,eager,gpu-sim --seeds 7-12 --max-len 4096 --stdlib stdlib \
   --params edge --cac-arg=--dtype=f32 --tol 5e-5 || status=1
 # The built-ins that read across a group (group_rank, group_second_max,
-# group_pos_*: test/reference/lang/group_ops.cac) on every backend, random and
-# edge batches, f64 and f32.
-python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method group_ops \
+# group_pos_*, group_key_*: test/reference/lang/group_ops.cac, group_keys.cac)
+# on every backend, random and edge batches, f64 and f32.
+python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method group_ops,group_keys \
   --backend cpu,eager,gpu-sim --seeds 1-6 --max-len 4096 --stdlib test/reference/lang || status=1
-python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method group_ops \
+python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method group_ops,group_keys \
   --backend cpu,eager,gpu-sim --seeds 1-6 --max-len 4096 --stdlib test/reference/lang \
   --params edge --cac-arg=--dtype=f32 --tol 5e-5 || status=1
 # (check_objective runs the objectives' gpu-sim kernels too: blocks of 8

@@ -539,6 +539,11 @@ private:
     case BuiltinRule::BatchReduce:
     case BuiltinRule::PathReduce:
       return checkReduced(*e.args[0], info.rule, what);
+    case BuiltinRule::GroupKeyed:
+      for (auto &a : e.args)
+        if (!checkReduced(*a, BuiltinRule::GroupReduce, what))
+          return false;
+      return true;
     case BuiltinRule::Rank:
       // top_k(x, k) also takes the count k.
       return requireTokenValue(*e.args[0], what) &&

@@ -305,11 +305,9 @@ private:
       return evalSegGather(g);
     if (auto r = dyn_cast<RankOp>(op))
       return evalRank(r);
-    if (isa<GroupRankOp, GroupPosSumOp>(op))
-      return set(op, r,
-                 isa<GroupRankOp>(op)
-                     ? cac::groupRanks(pb, get(op->getOperand(0)))
-                     : cac::groupPositionSums(pb, get(op->getOperand(0))));
+    if (torch::Tensor g = cac::groupRead(pb, op, [&](Value v) { return get(v); });
+        g.defined())
+      return set(op, r, g);
     if (isa<NumChildrenOp, ParentOp, ChildMeanOp, TreeMeanOp, PathReduceOp>(
             op)) {
       if (!pb.nodeParent.defined())

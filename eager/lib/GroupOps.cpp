@@ -2,6 +2,28 @@
 
 #include "cac/Eager/GroupOps.h"
 
+#include "cac/Dialect/Cac/IR/CacDialect.h"
+
+using namespace cac::ir;
+using llvm::dyn_cast;
+using llvm::isa;
+
+torch::Tensor
+cac::groupRead(const PaddedBatch &pb, mlir::Operation *op,
+               llvm::function_ref<torch::Tensor(mlir::Value)> get) {
+  if (isa<GroupRankOp>(op))
+    return groupRanks(pb, get(op->getOperand(0)));
+  if (isa<GroupPosSumOp>(op))
+    return groupPositionSums(pb, get(op->getOperand(0)));
+  auto k = dyn_cast<GroupKeyOp>(op);
+  if (!k)
+    return {};
+  GroupKeyKind kind = k.getKind() == ReduceKind::Sum    ? GroupKeyKind::Sum
+                      : k.getKind() == ReduceKind::Mean ? GroupKeyKind::Mean
+                                                        : GroupKeyKind::Count;
+  return groupKeyReduce(pb, get(k.getInput()), get(k.getKey()), kind);
+}
+
 torch::Tensor cac::groupRanks(const PaddedBatch &pb, const torch::Tensor &x) {
   // [G, M] by group, members in ascending sequence order, so a lower slot
   // is a lower sequence index; pairs [G, M (i), M (j)].
@@ -16,6 +38,33 @@ torch::Tensor cac::groupRanks(const PaddedBatch &pb, const torch::Tensor &x) {
   torch::Tensor ranks = before.sum(2).to(x.scalar_type());
   return torch::zeros_like(x).index_copy_(0, pb.groupMembers,
                                           ranks.masked_select(m));
+}
+
+torch::Tensor cac::groupKeyReduce(const PaddedBatch &pb, const torch::Tensor &x,
+                                  const torch::Tensor &key, GroupKeyKind kind) {
+  // [G, M] by group as in groupRanks; pairs [G, M (i), M (j)].
+  torch::Tensor m = pb.groupMask;
+  auto byGroup = [&](const torch::Tensor &v) {
+    return torch::zeros(m.sizes(), v.options())
+        .masked_scatter_(m, v.index_select(0, pb.groupMembers));
+  };
+  torch::Tensor gx = byGroup(x), gk = byGroup(key);
+  int64_t M = m.size(1);
+  torch::Tensor eye = torch::eye(M, m.options()).unsqueeze(0);
+  torch::Tensor same =
+      ((gk.unsqueeze(2) == gk.unsqueeze(1)) | eye) & m.unsqueeze(1);
+  torch::Tensor n = same.sum(2).to(x.scalar_type());
+  torch::Tensor r;
+  if (kind == GroupKeyKind::Count) {
+    r = n;
+  } else {
+    torch::Tensor xi = gx.unsqueeze(2), xj = gx.unsqueeze(1).expand_as(same);
+    torch::Tensor term = kind == GroupKeyKind::Mean ? xj - xi : xj;
+    torch::Tensor s = torch::where(same, term, torch::zeros_like(term)).sum(2);
+    r = kind == GroupKeyKind::Mean ? gx + s / n.clamp_min(1) : s;
+  }
+  return torch::zeros_like(x).index_copy_(0, pb.groupMembers,
+                                          r.masked_select(m));
 }
 
 torch::Tensor cac::groupPositionSums(const PaddedBatch &pb,

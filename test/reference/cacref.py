@@ -806,6 +806,23 @@ def eval_group_ops(b, p):
                    seq={"r_rank": rank, "len_rank": len_rank, "second": second})
 
 
+def eval_group_keys(b, p):
+    """test/reference/lang/group_keys.cac: group_key_sum / mean / count over the sequences of
+    the group whose key equals the sequence's own (the key floor(|y| / 4), or the reward)."""
+    R, lp, L = b.sq("reward"), b.tok("logp"), b.lengths
+    y = [math.fsum(lp[i]) * R[i] for i in range(b.B)]
+    ksum, kmean, kself, kcount = ([0.0] * b.B for _ in range(4))
+    for idx in group_members(b.groups).values():
+        for i in idx:
+            same = [j for j in idx if L[j] // 4 == L[i] // 4]
+            ksum[i] = math.fsum(R[j] for j in same)
+            kmean[i] = math.fsum(y[j] for j in same) / len(same)
+            ties = [j for j in idx if R[j] == R[i]]
+            kself[i] = R[i]
+            kcount[i] = float(len(ties))
+    return _output(b, seq={"ksum": ksum, "kmean": kmean, "kself": kself, "kcount": kcount})
+
+
 def eval_otb(b, p):
     """verl's compute_optimal_token_baseline_advantage on an outcome reward (returns G_t = R):
     w = 1 - 2 exp(logp) + sum_pi2, W = cumsum(w), per group of two or more and position t
@@ -878,6 +895,42 @@ def eval_turn_gae(b, p):
     if flag(p["whiten"]):
         adv = masked_whiten(adv)
     return _output(b, token={"adv": adv, "ret": ret})
+
+
+def gigpo_norm(values, keys, eps, by_std, lone_mean):
+    """verl-agent's episode_norm_reward / step_norm_reward loop: rows with the same key form a
+    group; a group of one row gets mean `lone_mean(x)` and std 1, others their mean and
+    unbiased std (torch.std); (x - mean) / (std + eps) with by_std, else x - mean. Zero
+    spread gives 0 here also where verl-agent's eps would divide 0 by eps (the same 0)."""
+    rows = {}
+    for i, k in enumerate(keys):
+        rows.setdefault(k, []).append(i)
+    out = [0.0] * len(values)
+    for idx in rows.values():
+        xs = [values[i] for i in idx]
+        if len(xs) == 1:
+            m, sd = lone_mean(xs[0]), 1.0
+        else:
+            m, sd = mean(xs), math.sqrt(unbiased_var(xs))
+        for i in idx:
+            if len(xs) > 1 and sd == 0:
+                out[i] = 0.0
+            else:
+                out[i] = (values[i] - m) / (sd + eps) if by_std else values[i] - m
+    return out
+
+
+def eval_gigpo(b, p):
+    """GiGPO (verl-agent compute_gigpo_outcome_advantage): one sequence per step; the episode
+    advantage over the group's rows, the step advantage over the group's rows of the same
+    anchor state, adv = A_E + step_w * A_S. lone = 0: a group of one row is its own baseline."""
+    R, G, anchor = b.sq("reward"), b.sq("step_return"), b.sq("anchor")
+    by_std, eps = flag(p["std"]), p["eps"]
+    a_ep = gigpo_norm(R, b.groups, eps, by_std,
+                      (lambda x: 0.0) if flag(p["lone"]) else (lambda x: x))
+    a_st = gigpo_norm(G, list(zip(b.groups, anchor)), eps, by_std, lambda x: x)
+    adv = [e + p["step_w"] * s for e, s in zip(a_ep, a_st)]
+    return _output(b, token={"adv": broadcast(adv, b.lengths)})
 
 
 METHODS = {
@@ -955,6 +1008,15 @@ METHODS.update({
     "turn_gae": (eval_turn_gae, {"gamma": 1.0, "lambda": 1.0, "turn_gamma": 0.95, "whiten": 0},
                  {"token": ["value", "reward", "turn_start"]},
                  [("token", "adv"), ("token", "ret")], []),
+})
+
+
+METHODS.update({
+    "group_keys": (eval_group_keys, {}, {"token": ["logp"], "seq": ["reward", "group"]},
+                   [("seq", "ksum"), ("seq", "kmean"), ("seq", "kself"), ("seq", "kcount")],
+                   []),
+    "gigpo": (eval_gigpo, {"step_w": 1.0, "std": 0, "eps": 1e-6, "lone": 0},
+              {"seq": ["reward", "step_return", "anchor", "group"]}, [("token", "adv")], []),
 })
 
 
@@ -1469,6 +1531,12 @@ PARAM_CHOICES.update({
                  "whiten": [0, 1]},
 })
 
+PARAM_CHOICES.update({
+    "group_keys": {},
+    "gigpo": {"step_w": [1.0, 0.5, 2.0], "std": [0, 1], "eps": [1e-6, 1e-4], "lone": [0, 1]},
+})
+GROUP_METHODS = GROUP_METHODS + ("gigpo", "group_keys")
+
 REQUIRED_DEFAULTS = {"sae": {"lambda": 0.95}}  # used for a required parameter in default mode
 
 THRESHOLD_MARGIN = 1e-5  # relative distance kept between p_old and any threshold
@@ -1850,6 +1918,8 @@ def _extend_batch(method, rng, data, lengths, reward_kind):
             for r in logp]
     if method == "turn_gae":
         _turn_batch(rng, data, lengths)
+    if method == "gigpo":
+        _gigpo_steps(rng, data)
     if method == "gdpo":
         B = len(lengths)
         r2 = _rewards(rng, B, rng.choice(["binary", "dyadic"]))
@@ -1859,6 +1929,22 @@ def _extend_batch(method, rng, data, lengths, reward_kind):
                 v = r2[groups.index(g)]
                 r2 = [v if gg == g else x for gg, x in zip(groups, r2)]
         data["seq"]["reward2"] = r2
+
+
+def _gigpo_steps(rng, data):
+    """One row per step: a few anchor states per group (ids reused across groups, which must
+    not join them), returns on a dyadic grid, now and then all equal for an anchor state."""
+    B = len(data["seq"]["reward"])
+    groups = data["seq"].get("group", [0] * B)
+    n_states = rng.choice([1, 2, 3, 6])
+    anchor = [float(rng.randrange(n_states)) for _ in range(B)]
+    ret = [rng.randint(-16, 32) / 16 for _ in range(B)]
+    for key in sorted(set(zip(groups, anchor))):
+        if rng.random() < 0.3:  # this step group's returns all equal
+            rows = [i for i in range(B) if (groups[i], anchor[i]) == key]
+            ret = [ret[rows[0]] if i in rows else x for i, x in enumerate(ret)]
+    data["seq"]["anchor"] = anchor
+    data["seq"]["step_return"] = ret
 
 
 def _turn_batch(rng, data, lengths):
@@ -1884,7 +1970,8 @@ def _turn_batch(rng, data, lengths):
 # Rewards whose mean is inexact in binary: a group of them leaves a rounding residue in a
 # plain sum / n, which a zero-spread convention must not turn into an advantage.
 INEXACT_EQUAL = (0.1, 0.3, 0.7, -0.2, 1.0)
-EDGE_METHODS = ("grpo", "treeadv", "spo_tree", "grpo_passk", "group_ops", "otb")
+EDGE_METHODS = ("grpo", "treeadv", "spo_tree", "grpo_passk", "group_ops", "otb", "gigpo",
+                "group_keys")
 
 
 def edge_batch(method, seed, max_len=64, num_seqs=None):
@@ -1917,8 +2004,19 @@ def edge_batch(method, seed, max_len=64, num_seqs=None):
                           "eps_in_sqrt": rng.choice([0, 1])}
     elif method == "grpo_passk":
         data["params"] = {"eps": 0, "norm": rng.choice([0, 1])}
-    elif method == "group_ops":
+    elif method in ("group_ops", "group_keys"):
         data["params"] = {}
+    elif method == "gigpo":
+        # No epsilon; the step returns of an anchor state all equal (inexact ones too).
+        data["params"] = {"std": 1, "eps": 0, "lone": rng.choice([0, 1]),
+                          "step_w": rng.choice([1.0, 0.5])}
+        keys = list(zip(groups, data["seq"]["anchor"]))
+        ret = data["seq"]["step_return"]
+        for key in sorted(set(keys)):
+            if rng.random() < 0.5:
+                v = equal if rng.random() < 0.5 else ret[keys.index(key)]
+                ret = [v if k == key else x for k, x in zip(keys, ret)]
+        data["seq"]["step_return"] = ret
     elif method == "otb":
         data["params"] = {"eps": rng.choice([1e-8, 1e-12]), "zero_tail": rng.choice([0, 1])}
     else:

@@ -238,6 +238,35 @@ def turn_gae_one_turn_is_gae_dense():
 
 
 @test
+def gigpo_by_hand():
+    # One row per step. Group 7: R = [1, 1, 0, 0], returns G = [1, .5, 0, .25], anchors
+    # [5, 5, 3, 5]; group 9: one row with anchor 5 again (ids do not join groups).
+    # Episode: mean .5, A_E = [.5, .5, -.5, -.5]; group 9 alone: 0 (lone 1: R = 2).
+    # Step: anchor 5 of group 7 holds rows 0, 1, 3, mean 1.75 / 3: A_S = [5, -1, -4] / 12;
+    # anchor 3 holds row 2 alone: 0; group 9's row: 0.
+    batch = {"token": {"logp": [[-0.1], [-0.2, -0.3], [-0.1], [-0.5], [-0.1, -0.2]]},
+             "seq": {"reward": [1, 1, 0, 0, 2], "step_return": [1, 0.5, 0, 0.25, 3],
+                     "anchor": [5, 5, 3, 5, 5], "group": [7, 7, 7, 7, 9]}}
+    first = lambda out: [row[0] for row in out["token"]["adv"]]
+    close(first(R.evaluate("gigpo", batch)), [0.5 + 5 / 12, 0.5 - 1 / 12, -0.5, -0.5 - 4 / 12, 0],
+          what="gigpo mean_norm")
+    close(first(R.evaluate("gigpo", dict(batch, params={"lone": 1, "step_w": 0.5}))),
+          [0.5 + 5 / 24, 0.5 - 1 / 24, -0.5, -0.5 - 4 / 24, 2], what="gigpo lone step_w")
+    # std = 1: the episode std of [1, 1, 0, 0] is sqrt(1/3); the step std of [1, .5, .25]
+    # is sqrt((25 + 1 + 16) / 144 / 2); a lone row with lone = 1: R / (1 + eps).
+    eps = 1e-6
+    se, ss = math.sqrt(1 / 3) + eps, math.sqrt(42 / 288) + eps
+    close(first(R.evaluate("gigpo", dict(batch, params={"std": 1, "lone": 1}))),
+          [0.5 / se + 5 / 12 / ss, 0.5 / se - 1 / 12 / ss, -0.5 / se,
+           -0.5 / se - 4 / 12 / ss, 2 / (1 + eps)], what="gigpo mean_std_norm")
+    # Every return of a step group equal, eps = 0: 0, not 0 / 0.
+    same = {"token": {"logp": [[-0.1], [-0.2]]},
+            "seq": {"reward": [0.1, 0.1], "step_return": [0.3, 0.3], "anchor": [1, 1]}}
+    close(first(R.evaluate("gigpo", dict(same, params={"std": 1, "eps": 0}))), [0.0, 0.0],
+          what="gigpo zero spread")
+
+
+@test
 def grpo_groups_and_singletons():
     # Groups are per prompt id; a group of one gets 0 with every std convention.
     batch = {"token": {"logp": [[-0.1], [-0.1, -0.2], [-0.3], [-0.1]]},

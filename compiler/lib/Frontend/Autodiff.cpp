@@ -84,6 +84,8 @@ private:
              u.getKind() != cir::UnaryKind::Not;
     if (auto r = dyn_cast<cir::ReduceOp>(op))
       return r.getKind() != cir::ReduceKind::Count;
+    if (auto k = dyn_cast<cir::GroupKeyOp>(op))
+      return k.getKind() != cir::ReduceKind::Count;
     return !isa<cir::CmpOp, cir::CastOp, cir::RankOp, cir::GroupRankOp,
                 cir::SegGatherOp, cir::InputOp, cir::ParamOp, cir::ConstantOp,
                 cir::PositionOp, cir::LengthOp, cir::NumChildrenOp,
@@ -235,6 +237,8 @@ private:
                  b.create<cir::GroupPosSumOp>(loc, gt.getType(), gt));
       return success();
     }
+    if (isa<cir::GroupKeyOp>(op))
+      return fail(op, "group_key_sum and group_key_mean have no gradient rule");
     return fail(op, "'" + op->getName().getStringRef().str() +
                         "' has no gradient rule (tree operations cannot be "
                         "differentiated yet)");

@@ -661,6 +661,15 @@ private:
     return select(l, tied, m, others);
   }
 
+  /// group_key_sum, group_key_mean, group_key_count (of the key itself).
+  Value lowerGroupKey(Builtin b, ArrayRef<Value> a, Location l) {
+    cir::ReduceKind k = b == Builtin::GroupKeySum    ? cir::ReduceKind::Sum
+                        : b == Builtin::GroupKeyMean ? cir::ReduceKind::Mean
+                                                     : cir::ReduceKind::Count;
+    Value key = a.back();
+    return builder.create<cir::GroupKeyOp>(l, key.getType(), k, a[0], key);
+  }
+
   Value lowerGroupRank(Builtin, ArrayRef<Value> a, Location l) {
     return builder.create<cir::GroupRankOp>(l, a[0].getType(), a[0]);
   }

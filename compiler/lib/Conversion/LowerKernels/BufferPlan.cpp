@@ -111,7 +111,7 @@ Abi planAbi(EstimatorOp est, const llvm::DenseSet<Operation *> &fused) {
     if (auto bc = dyn_cast<BroadcastOp>(op);
         bc && domainOf(bc.getOperand()) == Domain::Group)
       abi.needsGroups = true;
-    if (isa<GroupRankOp, GroupPosSumOp>(op))
+    if (isa<GroupRankOp, GroupPosSumOp, GroupKeyOp>(op))
       abi.needsGroups = true;
   });
   return abi;

@@ -1,8 +1,8 @@
 //===- GroupReads.cpp - Seq kernel values read across the group ----------===//
 //
-// group_rank and group_pos_sum read their operand at the other sequences of
-// the unit's group. cac-partition puts them after the kernel that stores the
-// operand (or reads an input), so they walk the group's members
+// group_rank, group_key and group_pos_sum read their operands at the other
+// sequences of the unit's group. cac-partition puts them after the kernel that
+// stores the operand (or reads an input), so they walk the group's members
 // (group_offsets, group_members) and load the stored values directly; on
 // the GPU every thread of the block walks them (they are not tile data).
 //
@@ -45,6 +45,49 @@ Value SeqKernelEmitter::groupRank(GroupRankOp r) {
         e.loc, acc,
         b.create<arith::SelectOp>(e.loc, before, e.fconst(1.0), e.fconst(0.0)));
   });
+}
+
+/// Over the members j whose key equals the unit's (or that are the unit): the
+/// sum of x[j], their mean (shifted by x[unit], so exact over equal values)
+/// or their number.
+Value SeqKernelEmitter::groupKey(GroupKeyOp k) {
+  Value x = k.getInput(), key = k.getKey();
+  assert(!inKernel(x) && !inKernel(key) &&
+         "cac-partition stores a group_key's operands");
+  ReduceKind kind = k.getKind();
+  Value ki = evalOuter(key);
+  Value xi = kind == ReduceKind::Mean ? evalOuter(x) : Value();
+  IndexOps ix(e);
+  Value lo = e.loadI32AsI64(kGroupOffsets, group);
+  Value hi = e.loadI32AsI64(kGroupOffsets, ix.add(group, e.i64(1)));
+  Value zero = e.fconst(0.0);
+  SmallVector<Value> acc = ix.range(
+      lo, hi, {zero, zero}, [&](Value m, ValueRange a) -> SmallVector<Value> {
+        Value j = e.loadI32AsI64(kGroupMembers, m);
+        Value same = b.create<arith::OrIOp>(
+            e.loc,
+            b.create<arith::CmpFOp>(e.loc, arith::CmpFPredicate::OEQ,
+                                    e.loadBuffer(key, j), ki),
+            b.create<arith::CmpIOp>(e.loc, arith::CmpIPredicate::eq, j, unit));
+        Value n = b.create<arith::AddFOp>(
+            e.loc, a[1],
+            b.create<arith::SelectOp>(e.loc, same, e.fconst(1.0), zero));
+        if (kind == ReduceKind::Count)
+          return {a[0], n};
+        Value xj = e.loadBuffer(x, j);
+        if (kind == ReduceKind::Mean)
+          xj = b.create<arith::SubFOp>(e.loc, xj, xi);
+        return {
+            b.create<arith::AddFOp>(
+                e.loc, a[0], b.create<arith::SelectOp>(e.loc, same, xj, zero)),
+            n};
+      });
+  if (kind == ReduceKind::Count)
+    return acc[1];
+  if (kind == ReduceKind::Sum)
+    return acc[0];
+  return b.create<arith::AddFOp>(
+      e.loc, xi, b.create<arith::DivFOp>(e.loc, acc[0], acc[1]));
 }
 
 /// The sum of x at token t's position over the members that reach it.

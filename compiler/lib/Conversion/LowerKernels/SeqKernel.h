@@ -95,6 +95,7 @@ private:
 
   // GroupReads.cpp: values read at the other sequences of the group.
   Value groupRank(GroupRankOp r);
+  Value groupKey(GroupKeyOp k);
   Value groupPosSum(GroupPosSumOp s, Value t);
 
   // TokenExpr.cpp: values at a token and seq-level values.

@@ -34,6 +34,8 @@ Value SeqKernelEmitter::computeOuter(Value v) {
     return e.toFloat(len);
   if (auto r = dyn_cast<GroupRankOp>(op))
     return groupRank(r);
+  if (auto k = dyn_cast<GroupKeyOp>(op))
+    return groupKey(k);
   if (isa<ReduceOp>(op))
     llvm_unreachable("reduction read before its loop was emitted");
   SmallVector<Value> x;

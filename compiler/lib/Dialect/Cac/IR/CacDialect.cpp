@@ -133,6 +133,16 @@ LogicalResult GroupRankOp::verify() {
   return success();
 }
 
+LogicalResult GroupKeyOp::verify() {
+  if (fieldOf(getInput()).getDomain() != Domain::Seq ||
+      !isFloatField(getInput()))
+    return emitOpError("reduces the numbers of a seq field");
+  ReduceKind k = getKind();
+  if (k != ReduceKind::Sum && k != ReduceKind::Mean && k != ReduceKind::Count)
+    return emitOpError("kind must be sum, mean or count");
+  return success();
+}
+
 LogicalResult GroupPosSumOp::verify() {
   if (fieldOf(getInput()).getDomain() != Domain::Token ||
       !isFloatField(getInput()))

@@ -42,7 +42,7 @@ bool readsOtherNodes(Operation *op) {
 /// the operand must be complete, so it comes from an earlier kernel (or is
 /// an input).
 bool readsOtherSeqs(Operation *op) {
-  return isa<GroupRankOp, GroupPosSumOp>(op);
+  return isa<GroupRankOp, GroupPosSumOp, GroupKeyOp>(op);
 }
 
 /// Operations that stay outside kernels: inputs, and scalar computations

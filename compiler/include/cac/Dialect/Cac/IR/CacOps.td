@@ -285,6 +285,27 @@ def Cac_GroupRankOp : Cac_Op<"group_rank", [Pure, AllTypesMatch<["input", "resul
   let hasVerifier = 1;
 }
 
+def Cac_GroupKeyOp : Cac_Op<"group_key", [Pure, AllTypesMatch<["input", "key", "result"]>]> {
+  let summary = "sum, mean or count over the group's sequences with an equal key";
+  let description = [{
+    For sequence `i`, over the sequences `j` of its group with
+    `key[j] == key[i]` (and `j == i`, so a NaN key matches itself): the sum
+    of `x[j]`, their mean (`x[i] + sum (x[j] - x[i]) / n`, exact over equal
+    values) or their number n (`count`, which ignores `x`). It reads its
+    operands at the other sequences of the group, so they come from an
+    earlier kernel (cac-partition).
+
+    ```mlir
+    %m = cac.group_key mean %x, %key : !cac.field<seq, f64>
+    ```
+  }];
+  let arguments = (ins Cac_ReduceKindAttr:$kind, Cac_Field:$input,
+                       Cac_Field:$key);
+  let results = (outs Cac_Field:$result);
+  let assemblyFormat = "$kind $input `,` $key attr-dict `:` type($result)";
+  let hasVerifier = 1;
+}
+
 def Cac_GroupPosSumOp : Cac_Op<"group_pos_sum", [Pure, AllTypesMatch<["input", "result"]>]> {
   let summary = "sum over the group's tokens at each token's position";
   let description = [{
