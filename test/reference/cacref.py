@@ -1392,6 +1392,14 @@ def obj_gpg_loss(t, agg, p):
     return _token_objective(t, lambda i, j: (-n[i][j] * A[i][j], -A[i][j]), agg)
 
 
+def obj_dro(t, agg, p):
+    """verl's `dro` policy loss: -(logp_new A - beta / 2 (logp_new - logp)^2)."""
+    n, o, A, beta = t["logp_new"], t["logp"], t["adv"], p.get("beta", 0.1)
+    return _token_objective(t, lambda i, j: (-(n[i][j] * A[i][j] -
+                                               0.5 * beta * (n[i][j] - o[i][j]) ** 2),
+                                             -A[i][j] + beta * (n[i][j] - o[i][j])), agg)
+
+
 def obj_dppo(t, agg, p):
     """verl compute_policy_loss_dppo_tv (kind 0) / dppo_kl (kind 1)."""
     n, o, A = t["logp_new"], t["logp"], t["adv"]
@@ -1460,6 +1468,7 @@ VERL_OBJECTIVES = {
         t, agg, dict({"kl_coef": 0.001, "kl_type": 3, "straight": 0}, **p)),
     "cispo": obj_cispo,
     "gpg_loss": obj_gpg_loss,
+    "dro": obj_dro,
     "dppo": obj_dppo,
     "soft_gate": obj_soft_gate,
     "gmpo": lambda t, agg, p: obj_gmpo(t, p),

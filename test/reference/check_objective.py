@@ -59,6 +59,7 @@ def batch_for(name, seed, max_len):
         "ppo_dual_clip_kl": ["logp_new", "logp", "adv", "logp_ref"],
         "cispo": ["logp_new", "logp", "adv"],
         "gpg_loss": ["logp_new", "adv"],
+        "dro": ["logp_new", "logp", "adv"],
         "dppo": ["logp_new", "logp", "adv"],
         "soft_gate": ["logp_new", "logp", "adv"],
         "gmpo": ["logp_new", "logp", "adv"],
@@ -144,7 +145,7 @@ WRT = {"ppo_clip": "logp_new", "ppo_kl": "logp_new", "gspo_token": "logp_new",
 SEQ_LOSS = {"gspo", "value_bce"}
 WRT.update({"ppo_dual_clip": "logp_new", "ppo_dual_clip_kl": "logp_new", "cispo": "logp_new",
             "gpg_loss": "logp_new", "dppo": "logp_new", "soft_gate": "logp_new",
-            "gmpo": "logp_new"})
+            "gmpo": "logp_new", "dro": "logp_new"})
 SEQ_LOSS |= {"gmpo"}
 # Parameter sets each objective runs with besides its defaults ({}): --param k=v.
 VARIANTS = {
@@ -156,6 +157,7 @@ VARIANTS = {
              {"eps_low": 0.05, "eps_high": 0.1}],
     "soft_gate": [{"tau_pos": 2.0, "tau_neg": 0.5}],
     "gmpo": [{"eps_low": 0.2, "eps_high": 0.1}],
+    "dro": [{"beta": 2.0}, {"beta": 0.01}],
 }
 
 
