@@ -694,10 +694,8 @@ def eval_vapo_gae(b, p):
     return _output(b, token={"adv": adv, "ret": ret})
 
 
-def vtrace_seq(values, logp, logp_mu, reward, gamma, lam, rho_bar, c_bar):
-    """V-trace (IMPALA eq. 1, §4.2) on one sequence, the reward on the last token and
-    V = v = 0 after it. Returns (adv, v): v_t = V_t + sum_{s>=t} gamma^(s-t)
-    (prod_{t<=i<s} c_i) rho_s delta_s, adv_t = rho_t (r_t + gamma v_{t+1} - V_t)."""
+def _vtrace_terms(values, logp, logp_mu, reward, gamma, lam, rho_bar, c_bar):
+    """V-trace's per-token quantities: rho, c, r and delta (IMPALA eq. 1)."""
     T = len(values)
     ratio = [math.exp(a - b) for a, b in zip(logp, logp_mu)]
     rho = [min(rho_bar, x) for x in ratio]
@@ -705,16 +703,45 @@ def vtrace_seq(values, logp, logp_mu, reward, gamma, lam, rho_bar, c_bar):
     r = [reward if t == T - 1 else 0.0 for t in range(T)]
     vnext = [values[t + 1] if t + 1 < T else 0.0 for t in range(T)]
     delta = [r[t] + gamma * vnext[t] - values[t] for t in range(T)]
+    return rho, c, r, delta
+
+
+def _vtrace_adv(values, rho, r, v, gamma):
+    T = len(values)
+    return [rho[t] * (r[t] + gamma * (v[t + 1] if t + 1 < T else 0.0) - values[t])
+            for t in range(T)]
+
+
+def vtrace_seq_definition(values, logp, logp_mu, reward, gamma, lam, rho_bar, c_bar):
+    """V-trace by the sum of its definition, O(T^2): v_t = V_t + sum_{s>=t}
+    gamma^(s-t) (prod_{t<=i<s} c_i) rho_s delta_s. vectors_test.py checks
+    vtrace_seq against it."""
+    rho, c, r, delta = _vtrace_terms(values, logp, logp_mu, reward, gamma, lam, rho_bar,
+                                     c_bar)
     v = []
-    for t in range(T):  # the sum of the definition, not the recursion
+    for t in range(len(values)):
         acc, prod = 0.0, 1.0
-        for s in range(t, T):
+        for s in range(t, len(values)):
             acc += gamma ** (s - t) * prod * rho[s] * delta[s]
             prod *= c[s]
         v.append(values[t] + acc)
-    adv = [rho[t] * (r[t] + gamma * (v[t + 1] if t + 1 < T else 0.0) - values[t])
-           for t in range(T)]
-    return adv, v
+    return _vtrace_adv(values, rho, r, v, gamma), v
+
+
+def vtrace_seq(values, logp, logp_mu, reward, gamma, lam, rho_bar, c_bar):
+    """V-trace (IMPALA eq. 1, §4.2) on one sequence, the reward on the last token and
+    V = v = 0 after it, by the paper's recursion (Remark 1), right to left:
+    v_t - V_t = rho_t delta_t + gamma c_t (v_{t+1} - V_{t+1}). Returns (adv, v),
+    adv_t = rho_t (r_t + gamma v_{t+1} - V_t)."""
+    rho, c, r, delta = _vtrace_terms(values, logp, logp_mu, reward, gamma, lam, rho_bar,
+                                     c_bar)
+    T = len(values)
+    v = [0.0] * T
+    ahead = 0.0  # v_{t+1} - V_{t+1}
+    for t in reversed(range(T)):
+        ahead = rho[t] * delta[t] + gamma * c[t] * ahead
+        v[t] = values[t] + ahead
+    return _vtrace_adv(values, rho, r, v, gamma), v
 
 
 def eval_vtrace_gae(b, p):
