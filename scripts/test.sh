@@ -34,27 +34,19 @@ run_ctest() { (cd "$BUILD" && ctest --output-on-failure -j"$(nproc)"); }
 phase ctest run_ctest
 # The Python reference's own worked vectors and gradient checks.
 phase "reference vectors" python3 test/reference/vectors_test.py
-# Every stdlib estimator against the independent Python reference, both
-# backends; every stdlib objective's compiled gradient against LibTorch
-# autograd and the reference, in every aggregation mode.
+# Every stdlib estimator against the independent Python reference on the
+# three backends (check_eval.py draws each batch and computes its reference
+# once, then runs every backend named on it): the compiled CPU code, the eager
+# LibTorch interpreter, and the GPU's block-per-sequence kernels with their
+# threads simulated on the CPU (`--backend gpu-sim`) in the GPU's default
+# blocks (128 threads x 4 tokens, four warps, --seq-layout auto).
 methods=$(for f in $(grep -l '^estimator ' stdlib/*.cac); do basename "$f" .cac; done | paste -sd, -)
-for backend in cpu eager; do
-  phase "check_eval cpu, eager" python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$methods" \
-    --backend "$backend" --seeds 1-6 --max-len 4096 --stdlib stdlib
-done
+phase "check_eval f64" python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$methods" \
+  --backend cpu,eager,gpu-sim --seeds 1-6 --max-len 4096 --stdlib stdlib
 # Short sequences (1 to 9 tokens): the CPU's token loops take the first token
 # alone, then four at a time where a scan discounts, then what is left.
-phase "check_eval cpu, eager" python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$methods" \
+phase "check_eval f64" python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$methods" \
   --backend cpu --seeds 1-6 --max-len 9 --num-seqs 24 --stdlib stdlib
-# The GPU's block-per-sequence kernels, their threads simulated on the CPU
-# (`--backend gpu-sim`), against the same reference: the GPU's default blocks
-# (128 threads x 4 tokens, four warps, --seq-layout auto), blocks of 64
-# threads (two warps, so the block scan's cross-warp step runs) with 2 tokens
-# per thread, blocks of 4 threads with 3 tokens (many tiles, positions past
-# the end), and blocks of 64 x 2 and 256 x 4 striped throughout (a block scan
-# per row of a tile; the old 256 x 4 default's eight warps).
-phase "check_eval gpu-sim" python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$methods" \
-  --backend gpu-sim --seeds 1-6 --max-len 4096 --stdlib stdlib
 # The same in f32, the precision the bundles run in (host.so and the GPU's
 # default 128 x 4 blocks), on sequences up to 8192 tokens: errors up to 9e-6
 # relative were measured, the tolerance is 5e-5. vapo_gae up to 2048 tokens:
@@ -67,6 +59,11 @@ phase "check_eval f32" python3 test/reference/check_eval.py --cac "$BUILD/bin/ca
 phase "check_eval f32" python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method vapo_gae \
   --backend cpu,gpu-sim --seeds 1-6 --max-len 2048 --stdlib stdlib \
   --cac-arg=--dtype=f32 --tol 5e-5
+# The GPU's kernels in other block shapes (gpu-sim): blocks of 64 threads (two
+# warps, so the block scan's cross-warp step runs) with 2 tokens per thread,
+# blocks of 4 threads with 3 tokens (many tiles, positions past the end), and
+# blocks of 64 x 2 and 256 x 4 striped throughout (a block scan per row of a
+# tile; the old 256 x 4 default's eight warps).
 phase "check_eval gpu-sim" python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$methods" \
   --backend gpu-sim --seeds 1-6 --max-len 4096 --stdlib stdlib \
   --cac-arg=--seq-block=64 --cac-arg=--seq-items=2
