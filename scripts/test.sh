@@ -82,6 +82,13 @@ python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method group_ops \
 python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method group_ops \
   --backend cpu,eager,gpu-sim --seeds 1-6 --max-len 4096 --stdlib test/reference/lang \
   --params edge --cac-arg=--dtype=f32 --tol 5e-5 || status=1
+# batch_top_k and uniform (test/reference/lang/batch_ops.cac): ties, k = 0 and
+# beyond the token count, a runtime count, a seeded random subset; f64 and f32.
+python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method batch_ops \
+  --backend cpu,eager,gpu-sim --seeds 1-8 --max-len 4096 --stdlib test/reference/lang || status=1
+python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method batch_ops \
+  --backend cpu,eager,gpu-sim --seeds 9-14 --max-len 4096 --stdlib test/reference/lang \
+  --cac-arg=--dtype=f32 --tol 5e-5 || status=1
 # (check_objective runs the objectives' gpu-sim kernels too: blocks of 8
 # threads x 2 tokens, then 256 x 4.)
 python3 test/reference/check_objective.py --cac "$BUILD/bin/cac" --seeds 1-3 \
