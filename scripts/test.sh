@@ -86,20 +86,27 @@ phase "check_eval group kernels" python3 test/reference/check_eval.py --cac "$BU
 # of equal rewards (inexact ones such as 0.1 too), trees of equal rewards,
 # chains up to 4096 one-token nodes deep; every backend, f64 and f32.
 edge_methods=grpo,treeadv,spo_tree,grpo_passk,otb
-phase "check_eval edges, group ops" python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$edge_methods" \
+phase "check_eval edges, language ops" python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$edge_methods" \
   --backend cpu,eager,gpu-sim --seeds 1-6 --max-len 4096 --stdlib stdlib \
   --params edge
-phase "check_eval edges, group ops" python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$edge_methods" \
+phase "check_eval edges, language ops" python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method "$edge_methods" \
   --backend cpu,eager,gpu-sim --seeds 7-12 --max-len 4096 --stdlib stdlib \
   --params edge --cac-arg=--dtype=f32 --tol 5e-5
 # The built-ins that read across a group (group_rank, group_second_max,
 # group_pos_*: test/reference/lang/group_ops.cac) on every backend, random and
 # edge batches, f64 and f32.
-phase "check_eval edges, group ops" python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method group_ops \
+phase "check_eval edges, language ops" python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method group_ops \
   --backend cpu,eager,gpu-sim --seeds 1-6 --max-len 4096 --stdlib test/reference/lang
-phase "check_eval edges, group ops" python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method group_ops \
+phase "check_eval edges, language ops" python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method group_ops \
   --backend cpu,eager,gpu-sim --seeds 1-6 --max-len 4096 --stdlib test/reference/lang \
   --params edge --cac-arg=--dtype=f32 --tol 5e-5
+# batch_top_k and uniform (test/reference/lang/batch_ops.cac): ties, k = 0 and
+# beyond the token count, a runtime count, a seeded random subset; f64 and f32.
+phase "check_eval edges, language ops" python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method batch_ops \
+  --backend cpu,eager,gpu-sim --seeds 1-8 --max-len 4096 --stdlib test/reference/lang
+phase "check_eval edges, language ops" python3 test/reference/check_eval.py --cac "$BUILD/bin/cac" --method batch_ops \
+  --backend cpu,eager,gpu-sim --seeds 9-14 --max-len 4096 --stdlib test/reference/lang \
+  --cac-arg=--dtype=f32 --tol 5e-5
 # (check_objective runs the objectives' gpu-sim kernels too: blocks of 8
 # threads x 2 tokens, then 256 x 4.)
 phase "check_objective" python3 test/reference/check_objective.py --cac "$BUILD/bin/cac" --seeds 1-3 \

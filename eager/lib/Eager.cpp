@@ -20,6 +20,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cac/Eager/Eager.h"
+#include "cac/Eager/BatchOps.h"
 #include "cac/Eager/GroupOps.h"
 #include "cac/Eager/TreeIndex.h"
 
@@ -305,11 +306,8 @@ private:
       return evalSegGather(g);
     if (auto r = dyn_cast<RankOp>(op))
       return evalRank(r);
-    if (isa<GroupRankOp, GroupPosSumOp>(op))
-      return set(op, r,
-                 isa<GroupRankOp>(op)
-                     ? cac::groupRanks(pb, get(op->getOperand(0)))
-                     : cac::groupPositionSums(pb, get(op->getOperand(0))));
+    if (isa<GroupRankOp, GroupPosSumOp, BatchKthOp, BatchTopKOp, UniformOp>(op))
+      return set(op, r, cac::evalAcrossSeqs(pb, op, *rt, env));
     if (isa<NumChildrenOp, ParentOp, ChildMeanOp, TreeMeanOp, PathReduceOp>(
             op)) {
       if (!pb.nodeParent.defined())

@@ -28,6 +28,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 METHODS = ["gae", "sae", "grpo", "spo_chain", "sapo", "spo_tree", "vineppo", "reinforce_pp",
            "reinforce_pp_baseline", "opo", "otb"]
 OBJECTIVES = ["ppo_clip", "sapo_loss", "gspo"]
+OBJECTIVES += ["kl_cov", "clip_cov"]  # batch_top_k over the actions, uniform at their positions
 
 
 def with_observations(batch, rng):

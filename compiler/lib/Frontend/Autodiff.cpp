@@ -85,6 +85,7 @@ private:
     if (auto r = dyn_cast<cir::ReduceOp>(op))
       return r.getKind() != cir::ReduceKind::Count;
     return !isa<cir::CmpOp, cir::CastOp, cir::RankOp, cir::GroupRankOp,
+                cir::BatchKthOp, cir::BatchTopKOp, cir::UniformOp,
                 cir::SegGatherOp, cir::InputOp, cir::ParamOp, cir::ConstantOp,
                 cir::PositionOp, cir::LengthOp, cir::NumChildrenOp,
                 cir::OutputOp>(op);
