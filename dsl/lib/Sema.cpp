@@ -548,6 +548,15 @@ private:
       // top_k(x, k) also takes the count k.
       return requireTokenValue(*e.args[0], what) &&
              (e.args.size() < 2 || requireCoarse(*e.args[1], what));
+    case BuiltinRule::BatchTopK:
+      return requireDomain(*e.args[0], {Domain::Token}, what,
+                           "picks tokens of the whole batch") &&
+             requireDomain(*e.args[1], {Domain::Scalar, Domain::Batch}, what,
+                           "takes one count for the whole batch (a "
+                           "parameter, a literal or a batch value)");
+    case BuiltinRule::Draw:
+      return requireDomain(*e.args[0], {Domain::Scalar}, what,
+                           "takes a seed (a parameter or a literal)");
     case BuiltinRule::Segmentation:
       return checkSegmentation(e, info.id, what);
     case BuiltinRule::NodeMap:
@@ -780,6 +789,17 @@ private:
       return true;
     error(e.loc) << what << " ranks the tokens of each sequence, but this "
                  << "value has domain '" << domainName(e.type.domain) << "'";
+    return false;
+  }
+
+  /// An argument whose domain must be one of `ok`; `wants` says what the
+  /// built-in takes there.
+  bool requireDomain(Expr &e, std::initializer_list<Domain> ok,
+                     llvm::StringRef what, llvm::StringRef wants) {
+    if (llvm::is_contained(ok, e.type.domain))
+      return true;
+    error(e.loc) << what << " " << wants << ", but this value has domain '"
+                 << domainName(e.type.domain) << "'";
     return false;
   }
 

@@ -20,6 +20,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cac/Eager/Eager.h"
+#include "cac/Eager/BatchOps.h"
 #include "cac/Eager/GroupOps.h"
 #include "cac/Eager/TreeIndex.h"
 
@@ -305,9 +306,9 @@ private:
       return evalSegGather(g);
     if (auto r = dyn_cast<RankOp>(op))
       return evalRank(r);
-    if (torch::Tensor g = cac::groupRead(pb, op, [&](Value v) { return get(v); });
-        g.defined())
-      return set(op, r, g);
+    if (isa<GroupRankOp, GroupPosSumOp, GroupKeyOp, BatchKthOp, BatchTopKOp,
+            UniformOp>(op))
+      return set(op, r, cac::evalAcrossSeqs(pb, op, *rt, env));
     if (isa<NumChildrenOp, ParentOp, ChildMeanOp, TreeMeanOp, PathReduceOp>(
             op)) {
       if (!pb.nodeParent.defined())

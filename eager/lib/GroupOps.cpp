@@ -2,28 +2,6 @@
 
 #include "cac/Eager/GroupOps.h"
 
-#include "cac/Dialect/Cac/IR/CacDialect.h"
-
-using namespace cac::ir;
-using llvm::dyn_cast;
-using llvm::isa;
-
-torch::Tensor
-cac::groupRead(const PaddedBatch &pb, mlir::Operation *op,
-               llvm::function_ref<torch::Tensor(mlir::Value)> get) {
-  if (isa<GroupRankOp>(op))
-    return groupRanks(pb, get(op->getOperand(0)));
-  if (isa<GroupPosSumOp>(op))
-    return groupPositionSums(pb, get(op->getOperand(0)));
-  auto k = dyn_cast<GroupKeyOp>(op);
-  if (!k)
-    return {};
-  GroupKeyKind kind = k.getKind() == ReduceKind::Sum    ? GroupKeyKind::Sum
-                      : k.getKind() == ReduceKind::Mean ? GroupKeyKind::Mean
-                                                        : GroupKeyKind::Count;
-  return groupKeyReduce(pb, get(k.getInput()), get(k.getKey()), kind);
-}
-
 torch::Tensor cac::groupRanks(const PaddedBatch &pb, const torch::Tensor &x) {
   // [G, M] by group, members in ascending sequence order, so a lower slot
   // is a lower sequence index; pairs [G, M (i), M (j)].

@@ -234,3 +234,30 @@ cac.estimator @group_reads {
   %n = cac.group_pos_sum %one_t : !cac.field<token, f32>
   cac.output "n" %n : !cac.field<token, f32>
 }
+
+// -----
+
+// batch_top_k: the operand is stored by a seq kernel, cac.batch_kth reads all
+// of it in a batch kernel, and cac.batch_top_k compares each token with the
+// token it found in a later seq kernel (it reads the operand at that token).
+// CHECK-LABEL: cac.estimator @topk {
+// CHECK:         %[[X:.*]] = cac.kernel seq 0 {
+// CHECK-NEXT:      %[[U:.*]] = cac.uniform %{{.*}} : <scalar, f64> -> <token, f64>
+// CHECK-NEXT:      %[[M:.*]] = cac.binary mul %{{.*}}, %[[U]] : <token, f64>
+// CHECK-NEXT:      cac.yield %[[M]] : !cac.field<token, f64>
+// CHECK:         %[[F:.*]] = cac.kernel batch 1 {
+// CHECK-NEXT:      %[[KTH:.*]] = cac.batch_kth %[[X]], %{{.*}} : <token, f64>, <scalar, f64> -> <batch, f64>
+// CHECK-NEXT:      cac.yield %[[KTH]] : !cac.field<batch, f64>
+// CHECK:         cac.kernel seq 2 {
+// CHECK-NEXT:      %[[P:.*]] = cac.batch_top_k %[[X]], %[[F]] : <token, f64>, <batch, f64> -> <token, i1>
+// CHECK-NEXT:      cac.output "top" %[[P]] : <token, i1>
+cac.estimator @topk {
+  %v = cac.input "value" : !cac.field<token, f64>
+  %seed = cac.param "seed" default 3.0 : !cac.field<scalar, f64>
+  %k = cac.param "k" default 2.0 : !cac.field<scalar, f64>
+  %u = cac.uniform %seed : !cac.field<scalar, f64> -> !cac.field<token, f64>
+  %x = cac.binary mul %v, %u : !cac.field<token, f64>
+  %f = cac.batch_kth %x, %k : !cac.field<token, f64>, !cac.field<scalar, f64> -> !cac.field<batch, f64>
+  %p = cac.batch_top_k %x, %f : !cac.field<token, f64>, !cac.field<batch, f64> -> !cac.field<token, i1>
+  cac.output "top" %p : !cac.field<token, i1>
+}

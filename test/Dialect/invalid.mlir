@@ -322,3 +322,29 @@ cac.estimator @group_pos_sum_of_seqs {
   // expected-error @+1 {{'cac.group_pos_sum' op sums the numbers of a token field}}
   %s = cac.group_pos_sum %v : !cac.field<seq, f32>
 }
+
+// -----
+
+cac.estimator @batch_kth_of_seqs {
+  %v = cac.input "reward" : !cac.field<seq, f64>
+  %k = cac.constant 2.0 : f64 : !cac.field<scalar, f64>
+  // expected-error @+1 {{'cac.batch_kth' op takes the numbers of a token field and a scalar or batch count, and gives a batch number}}
+  %f = cac.batch_kth %v, %k : !cac.field<seq, f64>, !cac.field<scalar, f64> -> !cac.field<batch, f64>
+}
+
+// -----
+
+cac.estimator @batch_top_k_seq_index {
+  %v = cac.input "value" : !cac.field<token, f64>
+  %r = cac.input "reward" : !cac.field<seq, f64>
+  // expected-error @+1 {{'cac.batch_top_k' op flags a token field's tokens from a batch index (a cac.batch_kth of it), as a token predicate}}
+  %p = cac.batch_top_k %v, %r : !cac.field<token, f64>, !cac.field<seq, f64> -> !cac.field<token, i1>
+}
+
+// -----
+
+cac.estimator @uniform_token_seed {
+  %v = cac.input "value" : !cac.field<token, f64>
+  // expected-error @+1 {{'cac.uniform' op takes a scalar seed and gives token numbers}}
+  %u = cac.uniform %v : !cac.field<token, f64> -> !cac.field<token, f64>
+}

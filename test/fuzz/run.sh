@@ -11,7 +11,7 @@
 # runargs (all of them when none is named; the last three need LibTorch). The
 # CI budget of a reader is a number of inputs (-runs=N, a condition, so a
 # busy machine is slower but runs the same test); the front end's is
-# CAC_FUZZ_SECONDS (150) of wall time, as before.
+# CAC_FUZZ_SECONDS (150) of wall time.
 #
 # Exit status 0: no crash. 1: a crash, sanitizer report, timeout (hang) or
 # out-of-memory; the input is kept in build-fuzz/crashes/ and printed.

@@ -694,10 +694,8 @@ def eval_vapo_gae(b, p):
     return _output(b, token={"adv": adv, "ret": ret})
 
 
-def vtrace_seq(values, logp, logp_mu, reward, gamma, lam, rho_bar, c_bar):
-    """V-trace (IMPALA eq. 1, §4.2) on one sequence, the reward on the last token and
-    V = v = 0 after it. Returns (adv, v): v_t = V_t + sum_{s>=t} gamma^(s-t)
-    (prod_{t<=i<s} c_i) rho_s delta_s, adv_t = rho_t (r_t + gamma v_{t+1} - V_t)."""
+def _vtrace_terms(values, logp, logp_mu, reward, gamma, lam, rho_bar, c_bar):
+    """V-trace's per-token quantities: rho, c, r and delta (IMPALA eq. 1)."""
     T = len(values)
     ratio = [math.exp(a - b) for a, b in zip(logp, logp_mu)]
     rho = [min(rho_bar, x) for x in ratio]
@@ -705,16 +703,45 @@ def vtrace_seq(values, logp, logp_mu, reward, gamma, lam, rho_bar, c_bar):
     r = [reward if t == T - 1 else 0.0 for t in range(T)]
     vnext = [values[t + 1] if t + 1 < T else 0.0 for t in range(T)]
     delta = [r[t] + gamma * vnext[t] - values[t] for t in range(T)]
+    return rho, c, r, delta
+
+
+def _vtrace_adv(values, rho, r, v, gamma):
+    T = len(values)
+    return [rho[t] * (r[t] + gamma * (v[t + 1] if t + 1 < T else 0.0) - values[t])
+            for t in range(T)]
+
+
+def vtrace_seq_definition(values, logp, logp_mu, reward, gamma, lam, rho_bar, c_bar):
+    """V-trace by the sum of its definition, O(T^2): v_t = V_t + sum_{s>=t}
+    gamma^(s-t) (prod_{t<=i<s} c_i) rho_s delta_s. vectors_test.py checks
+    vtrace_seq against it."""
+    rho, c, r, delta = _vtrace_terms(values, logp, logp_mu, reward, gamma, lam, rho_bar,
+                                     c_bar)
     v = []
-    for t in range(T):  # the sum of the definition, not the recursion
+    for t in range(len(values)):
         acc, prod = 0.0, 1.0
-        for s in range(t, T):
+        for s in range(t, len(values)):
             acc += gamma ** (s - t) * prod * rho[s] * delta[s]
             prod *= c[s]
         v.append(values[t] + acc)
-    adv = [rho[t] * (r[t] + gamma * (v[t + 1] if t + 1 < T else 0.0) - values[t])
-           for t in range(T)]
-    return adv, v
+    return _vtrace_adv(values, rho, r, v, gamma), v
+
+
+def vtrace_seq(values, logp, logp_mu, reward, gamma, lam, rho_bar, c_bar):
+    """V-trace (IMPALA eq. 1, §4.2) on one sequence, the reward on the last token and
+    V = v = 0 after it, by the paper's recursion (Remark 1), right to left:
+    v_t - V_t = rho_t delta_t + gamma c_t (v_{t+1} - V_{t+1}). Returns (adv, v),
+    adv_t = rho_t (r_t + gamma v_{t+1} - V_t)."""
+    rho, c, r, delta = _vtrace_terms(values, logp, logp_mu, reward, gamma, lam, rho_bar,
+                                     c_bar)
+    T = len(values)
+    v = [0.0] * T
+    ahead = 0.0  # v_{t+1} - V_{t+1}
+    for t in reversed(range(T)):
+        ahead = rho[t] * delta[t] + gamma * c[t] * ahead
+        v[t] = values[t] + ahead
+    return _vtrace_adv(values, rho, r, v, gamma), v
 
 
 def eval_vtrace_gae(b, p):
@@ -2098,6 +2125,144 @@ def random_objective_batch(name, seed, max_len=32, num_seqs=None):
     data["token"]["ret"] = [[_value(rng) for _ in range(n)] for n in lengths]
     data["token"]["entropy"] = [[rng.randint(0, 320) / 64 for _ in range(n)] for n in lengths]
     return data
+
+
+# ---------------------------------------------------------------------------------------
+# Batch-wide top-k and the seeded uniform draw (docs/language.md, "Batch-wide top-k");
+# KL-Cov and Clip-Cov (verl's compute_policy_loss_kl_cov / _clip_cov)
+# ---------------------------------------------------------------------------------------
+
+_M64 = (1 << 64) - 1
+
+
+def _splitmix(z):
+    """splitmix64's output function of z + the golden gamma, modulo 2^64."""
+    z = (z + 0x9E3779B97F4A7C15) & _M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
+
+
+def uniform_draw(seed, i, t, digits=53):
+    """uniform(seed) at position t of sequence i: the top `digits` bits of
+    mix(mix(mix(s) ^ i) ^ t) over 2^digits (53 in f64, 24 in f32); s the seed truncated to
+    an integer, clamped to +-2^62, NaN 0."""
+    s = 0.0 if math.isnan(seed) else max(min(float(seed), 2.0 ** 62), -2.0 ** 62)
+    h = _splitmix(_splitmix(_splitmix(int(s) & _M64) ^ i) ^ t)
+    return (h >> (64 - digits)) / 2.0 ** digits
+
+
+def batch_top_k(rows, k):
+    """0/1 rows: the k largest values of all the tokens, ties by the lower (sequence,
+    position); NaN above every number, -0.0 equal to 0.0; k rounded down and clamped to
+    [0, N] (below 1 or NaN: no token)."""
+    flat = [v for r in rows for v in r]
+    kk = int(min(math.floor(k), len(flat))) if k >= 1 else 0
+    order = sorted(range(len(flat)), key=lambda j: (not math.isnan(flat[j]),
+                                                    0.0 if math.isnan(flat[j]) else -flat[j], j))
+    chosen = set(order[:kk])
+    out, j = [], 0
+    for r in rows:
+        out.append([1.0 if j + t in chosen else 0.0 for t in range(len(r))])
+        j += len(r)
+    return out
+
+
+def eval_batch_ops(b, p):
+    """test/reference/lang/batch_ops.cac: batch_top_k with ties (a coarse score, a seq value
+    on every token), a runtime count, and a random subset drawn with uniform(seed)."""
+    R, lp, L = b.sq("reward"), b.tok("logp"), b.lengths
+    gmax = {}
+    for idx in group_members(b.groups).values():
+        for i in idx:
+            gmax[i] = max(R[j] for j in idx)
+    score = [[float(math.floor(x * 4)) for x in r] for r in lp]
+    u = [[uniform_draw(p["seed"], i, t) for t in range(L[i])] for i in range(b.B)]
+    band = [[1.0 if s > -2 else 0.0 for s in r] for r in score]
+    k = p["k"]
+    top_r = batch_top_k([[lp[i][t] * R[i] + t for t in range(L[i])] for i in range(b.B)],
+                        math.floor(p["ratio"] * sum(L)))
+    top_g = batch_top_k([[R[i] + gmax[i]] * L[i] for i in range(b.B)], k)
+    pick = batch_top_k([[u[i][t] if band[i][t] else -1.0 for t in range(L[i])]
+                        for i in range(b.B)], k)
+    pick = [[x * y for x, y in zip(r, q)] for r, q in zip(pick, band)]
+    return _output(b, token={"u": u, "top": batch_top_k(score, k), "top_r": top_r,
+                             "top_g": top_g, "pick": pick})
+
+
+METHODS.update({
+    "batch_ops": (eval_batch_ops, {"k": 3, "seed": 7, "ratio": 0.25},
+                  {"token": ["logp"], "seq": ["reward", "group"]},
+                  [("token", "u"), ("token", "top"), ("token", "top_r"), ("token", "top_g"),
+                   ("token", "pick")], []),
+})
+# k = 0, fractional, beyond N and negative; seeds negative, fractional and large (below
+# 2^24, exact in f32, as parameters are f32 numbers in an f32 bundle).
+PARAM_CHOICES.update({
+    "batch_ops": {"k": [0, 1, 3, 2.5, 40, 1e9, -1], "seed": [7, 0, -5, 9876543, 2.9],
+                  "ratio": [0.0, 0.25, 1.0, 2.0, 0.001]},
+})
+GROUP_METHODS += ("batch_ops",)
+
+
+def _covariance(A, lp):
+    """verl's cov of KL-Cov and Clip-Cov: (A - mean A)(logp - mean logp) on every token,
+    the means over all the (valid) tokens."""
+    fa, fl = [x for r in A for x in r], [x for r in lp for x in r]
+    ma, ml = math.fsum(fa) / len(fa), math.fsum(fl) / len(fl)
+    return [[(a - ma) * (x - ml) for a, x in zip(ra, rl)] for ra, rl in zip(A, lp)]
+
+
+def obj_kl_cov(t, agg, p):
+    """verl compute_policy_loss_kl_cov: -A r, plus coef |logp_new - logp| on the
+    max(1, int(N ratio)) tokens of largest covariance (ties by the lower index)."""
+    n, o, A = t["logp_new"], t["logp"], t["adv"]
+    ratio, coef = p.get("kl_cov_ratio", 0.0002), p.get("ppo_kl_coef", 0.1)
+    N = sum(len(r) for r in n)
+    picked = batch_top_k(_covariance(A, n), max(1, int(N * ratio)))
+
+    def f(i, j):
+        d = n[i][j] - o[i][j]
+        r = math.exp(d)
+        l, g = -A[i][j] * r, -A[i][j] * r
+        if picked[i][j]:
+            l, g = l + coef * abs(d), g + coef * (1.0 if d > 0 else -1.0 if d < 0 else 0.0)
+        return l, g
+    return _token_objective(t, f, agg)
+
+
+def obj_clip_cov(t, agg, p):
+    """verl compute_policy_loss_clip_cov: max(-A r, -A clamp(r)) times 0 on a random subset
+    of max(1, int(N ratio)) of the tokens (fewer if fewer qualify) whose covariance lies in
+    (lb, ub) and that the clip leaves alone; the subset by uniform(seed), not randperm."""
+    n, o, A = t["logp_new"], t["logp"], t["adv"]
+    el, eh = p.get("eps_low", 0.2), p.get("eps_high", 0.2)
+    lb, ub = p.get("clip_cov_lb", 1.0), p.get("clip_cov_ub", 5.0)
+    ratio, seed = p.get("clip_cov_ratio", 0.0002), p.get("seed", 0)
+    cov = _covariance(A, n)
+    terms = {}
+    for i in range(len(n)):
+        for j in range(len(n[i])):
+            r = math.exp(n[i][j] - o[i][j])
+            rc = min(max(r, 1.0 - el), 1.0 + eh)
+            drc = r if 1.0 - el <= r <= 1.0 + eh else 0.0
+            terms[i, j] = (-A[i][j] * r, -A[i][j] * r, -A[i][j] * rc, -A[i][j] * drc)
+    band = [[lb < cov[i][j] < ub and not terms[i, j][2] > terms[i, j][0]
+             for j in range(len(n[i]))] for i in range(len(n))]
+    N = sum(len(r) for r in n)
+    draw = [[uniform_draw(seed, i, j) if band[i][j] else -1.0 for j in range(len(n[i]))]
+            for i in range(len(n))]
+    picked = batch_top_k(draw, max(int(ratio * N), 1))
+
+    def f(i, j):
+        l1, d1, l2, d2 = terms[i, j]
+        l, g = (l1, d1) if l1 > l2 else (l2, d2) if l2 > l1 else (l1, 0.5 * (d1 + d2))
+        c = 0.0 if picked[i][j] and band[i][j] else 1.0
+        return l * c, g * c
+    return _token_objective(t, f, agg)
+
+
+VERL_OBJECTIVES.update({"kl_cov": obj_kl_cov, "clip_cov": obj_clip_cov})
 
 
 # ---------------------------------------------------------------------------------------

@@ -123,26 +123,23 @@ def expected_outputs(method, ref, got):
     return want
 
 
-def run_case(args, kind, name, seed, backend, workdir):
-    """Runs one case; returns (ok, line, files to keep on failure)."""
-    tag = f"{name} seed={seed} backend={backend}"
-    try:
-        if kind == "method":
-            if args.params == "edge":
-                batch = cacref.edge_batch(name, seed, args.max_len, args.num_seqs)
-            else:
-                batch = cacref.random_batch(name, seed, args.max_len, args.num_seqs,
-                                            args.params, args.node_order)
-            ref = cacref.evaluate(name, batch)
+def make_case(args, kind, name, seed):
+    """The batch of one (name, seed) and the reference's answer on it."""
+    if kind == "method":
+        if args.params == "edge":
+            batch = cacref.edge_batch(name, seed, args.max_len, args.num_seqs)
         else:
-            batch = cacref.random_objective_batch(name, seed, args.max_len, args.num_seqs)
-            ref = cacref.objective(name, batch)
-    except cacref.RefError as e:
-        return False, f"FAIL {tag}: the reference rejected its own batch: {e}", []
-    base = os.path.join(workdir, f"{name}-seed{seed}-{backend}")
-    batch_path, out_path = base + ".json", base + ".out.json"
-    with open(batch_path, "w") as f:
-        json.dump(batch, f)
+            batch = cacref.random_batch(name, seed, args.max_len, args.num_seqs,
+                                        args.params, args.node_order)
+        return batch, cacref.evaluate(name, batch)
+    batch = cacref.random_objective_batch(name, seed, args.max_len, args.num_seqs)
+    return batch, cacref.objective(name, batch)
+
+
+def run_backend(args, kind, name, seed, backend, batch, ref, batch_path):
+    """Runs cac on one backend; returns (ok, line, files to keep on failure)."""
+    tag = f"{name} seed={seed} backend={backend}"
+    out_path = batch_path[:-len(".json")] + f"-{backend}.out.json"
     cac_file = os.path.join(args.stdlib, f"{name}.cac")
     cmd = [args.cac, "eval", cac_file, "--input", batch_path, "--backend", backend]
     cmd += args.cac_arg
@@ -176,6 +173,21 @@ def run_case(args, kind, name, seed, backend, workdir):
     return True, f"PASS {tag} {info}", []
 
 
+def run_case(args, kind, name, seed, backends, workdir):
+    """One (name, seed): the batch and the reference once, then every backend against
+    them. Returns a list of (ok, line, files to keep on failure), one per backend. Runs in
+    a worker process (the reference is pure Python, so threads would share one core)."""
+    try:
+        batch, ref = make_case(args, kind, name, seed)
+    except cacref.RefError as e:
+        return [(False, f"FAIL {name} seed={seed} backend={b}: the reference rejected its "
+                 f"own batch: {e}", []) for b in backends]
+    batch_path = os.path.join(workdir, f"{name}-seed{seed}.json")
+    with open(batch_path, "w") as f:
+        json.dump(batch, f)
+    return [run_backend(args, kind, name, seed, b, batch, ref, batch_path) for b in backends]
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(
         description="Compare `cac eval` with the Python reference on random batches.",
@@ -207,7 +219,7 @@ def main(argv=None):
                          "(repeatable)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per cac run")
     ap.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1),
-                    help="cases run in parallel")
+                    help="(method, seed) cases run in parallel, each in its own process")
     ap.add_argument("--keep", help="keep every batch and output in this directory")
     ap.add_argument("--show", type=int, default=5, help="mismatches printed per case")
     args = ap.parse_args(argv)
@@ -238,19 +250,19 @@ def main(argv=None):
 
     workdir = args.keep or tempfile.mkdtemp(prefix="cac-check-")
     os.makedirs(workdir, exist_ok=True)
-    cases = [(n, s, b) for n in names for b in backends for s in args.seeds]
+    cases = [(n, s) for n in names for s in args.seeds]
     passed = failed = 0
     kept = []
-    with concurrent.futures.ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = [pool.submit(run_case, args, kind, n, s, b, workdir) for n, s, b in cases]
+    with concurrent.futures.ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futures = [pool.submit(run_case, args, kind, n, s, backends, workdir) for n, s in cases]
         for fut in futures:  # in submission order: deterministic output
-            ok, line, files = fut.result()
-            print(line, flush=True)
-            if ok:
-                passed += 1
-            else:
-                failed += 1
-                kept += files
+            for ok, line, files in fut.result():
+                print(line, flush=True)
+                if ok:
+                    passed += 1
+                else:
+                    failed += 1
+                    kept += files
     if not args.keep:
         if kept:
             for name in os.listdir(workdir):

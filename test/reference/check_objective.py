@@ -63,6 +63,8 @@ def batch_for(name, seed, max_len):
         "dppo": ["logp_new", "logp", "adv"],
         "soft_gate": ["logp_new", "logp", "adv"],
         "gmpo": ["logp_new", "logp", "adv"],
+        "kl_cov": ["logp_new", "logp", "adv"],
+        "clip_cov": ["logp_new", "logp", "adv"],
     }[name]
     out = {"token": {k: tok[k] for k in keep}, "seq": {}}
     if name in ("sapo_loss", "gspo"):
@@ -93,6 +95,15 @@ def batch_for(name, seed, max_len):
     if name == "gmpo" and rng.random() < 0.5:
         # verl's GMPO expects sequence-level advantages; token-level ones work as well.
         out["token"]["adv"] = [[r[0]] * len(r) for r in out["token"]["adv"]]
+    if name in ("kl_cov", "clip_cov"):
+        # Ties of the covariance (equal log-probs under a sequence's one advantage), ratios
+        # beyond the clip.
+        out["token"]["logp_new"] = [[x + rng.choice([0.0, 0.0, 0.4, -0.5, 1.2])
+                                     if rng.random() < 0.3 else x for x in r]
+                                    for r in out["token"]["logp_new"]]
+        for r in out["token"]["logp_new"]:
+            if len(r) > 2 and rng.random() < 0.5:
+                r[1] = r[0]
     if name in ("gspo", "gspo_token"):
         # Keep sequence ratios near 1 so that both sides of the small clip occur.
         out["token"]["logp_new"] = [[x + rng.gauss(0, 2e-4) for x in r] for r in tok["logp"]]
@@ -159,6 +170,19 @@ VARIANTS = {
     "gmpo": [{"eps_low": 0.2, "eps_high": 0.1}],
     "dro": [{"beta": 2.0}, {"beta": 0.01}],
 }
+
+
+# KL-Cov and Clip-Cov: counts from one token to all of them, covariance bands that take
+# tokens at the default bounds and at wide ones, other seeds.
+WRT.update({"kl_cov": "logp_new", "clip_cov": "logp_new"})
+VARIANTS.update({
+    "kl_cov": [{"kl_cov_ratio": 0.1}, {"kl_cov_ratio": 0.5, "ppo_kl_coef": 1.0},
+               {"kl_cov_ratio": 1.0}, {"kl_cov_ratio": 0.0}],
+    "clip_cov": [{"clip_cov_lb": 0.0, "clip_cov_ratio": 0.2},
+                 {"clip_cov_lb": -1.0, "clip_cov_ub": 1.0, "clip_cov_ratio": 0.5, "seed": 3},
+                 {"clip_cov_lb": -5.0, "clip_cov_ub": 5.0, "clip_cov_ratio": 2.0,
+                  "eps_low": 0.1, "eps_high": 0.28, "seed": -7}],
+})
 
 
 def flat(x):

@@ -867,6 +867,33 @@ def sapo_ties_and_counts():
 
 
 @test
+def vtrace_recursion_equals_definition():
+    # The reference's O(T) recursion against the sum of IMPALA's eq. 1, on random
+    # sequences and every parameter value check_eval draws.
+    rng = random.Random(11)
+    for T in list(range(1, 12)) + [64, 257]:
+        for gamma in (1.0, 0.99):
+            for lam in (1.0, 0.95, 0.5):
+                for rho_bar, c_bar in ((1.0, 1.0), (2.0, 0.5), (0.5, 2.0)):
+                    V = [rng.uniform(-1, 1) for _ in range(T)]
+                    lp = [rng.uniform(-3, 0) for _ in range(T)]
+                    mu = [x + rng.uniform(-1, 1) for x in lp]
+                    R_ = rng.choice([0.0, 1.0, rng.uniform(-2, 2)])
+                    args = (V, lp, mu, R_, gamma, lam, rho_bar, c_bar)
+                    fast, slow = R.vtrace_seq(*args), R.vtrace_seq_definition(*args)
+                    for a, b in zip(fast[0] + fast[1], slow[0] + slow[1]):
+                        assert abs(a - b) <= 1e-12 * max(1.0, abs(b)), (T, a, b)
+    # Hand-computed, T = 2, gamma = 1, lambda = 1, rho_bar = c_bar = 1, pi/mu = [2, 0.5]:
+    # rho = c = [1, 0.5]; delta = [0 + 0.5 - 0.2, 1 - 0.5] = [0.3, 0.5];
+    # v_1 = 0.5 + 0.5*0.5 = 0.75; v_0 = 0.2 + 0.3 + 1*(0.75 - 0.5) = 0.75;
+    # adv = [1*(0 + 0.75 - 0.2), 0.5*(1 - 0.5)] = [0.55, 0.25].
+    adv, v = R.vtrace_seq([0.2, 0.5], [math.log(2.0), math.log(0.5)], [0.0, 0.0], 1.0,
+                          1.0, 1.0, 1.0, 1.0)
+    assert all(abs(a - b) < 1e-15 for a, b in zip(v, [0.75, 0.75])), v
+    assert all(abs(a - b) < 1e-15 for a, b in zip(adv, [0.55, 0.25])), adv
+
+
+@test
 def batch_errors():
     for bad, what in [({"token": {"value": [[0.1], []]}, "seq": {"reward": [1, 0]}}, "empty"),
                       ({"params": {"nope": 1}, "token": {"value": [[0.1]]},

@@ -87,6 +87,7 @@ private:
     if (auto k = dyn_cast<cir::GroupKeyOp>(op))
       return k.getKind() != cir::ReduceKind::Count;
     return !isa<cir::CmpOp, cir::CastOp, cir::RankOp, cir::GroupRankOp,
+                cir::BatchKthOp, cir::BatchTopKOp, cir::UniformOp,
                 cir::SegGatherOp, cir::InputOp, cir::ParamOp, cir::ConstantOp,
                 cir::PositionOp, cir::LengthOp, cir::NumChildrenOp,
                 cir::OutputOp>(op);

@@ -735,6 +735,19 @@ private:
     return var;
   }
 
+  /// batch_top_k: the batch kernel finds the k-th token of the order, and
+  /// each token compares itself with it.
+  Value lowerBatchTopK(Builtin, ArrayRef<Value> a, Location l) {
+    Value kth = builder.create<cir::BatchKthOp>(l, field(cir::Domain::Batch),
+                                                a[0], a[1]);
+    return builder.create<cir::BatchTopKOp>(
+        l, field(cir::Domain::Token, /*pred=*/true), a[0], kth);
+  }
+
+  Value lowerUniform(Builtin, ArrayRef<Value> a, Location l) {
+    return builder.create<cir::UniformOp>(l, field(cir::Domain::Token), a[0]);
+  }
+
   /// is_root, is_leaf, num_children, subtree_count.
   Value lowerTreeStructure(Builtin b, ArrayRef<Value>, Location l) {
     switch (b) {

@@ -74,6 +74,7 @@ CudaDriver::CudaDriver() : contexts_(new Contexts()) {
   resolve(handle_, cuMemFree, "cuMemFree_v2");
   resolve(handle_, cuMemcpyHtoD, "cuMemcpyHtoD_v2");
   resolve(handle_, cuMemcpyDtoH, "cuMemcpyDtoH_v2");
+  resolve(handle_, cuMemGetInfo, "cuMemGetInfo_v2");
   resolve(handle_, cuEventCreate, "cuEventCreate");
   resolve(handle_, cuEventRecord, "cuEventRecord");
   resolve(handle_, cuEventSynchronize, "cuEventSynchronize");

@@ -1,10 +1,12 @@
-//===- MemoryCheck.cpp - Refusing a rollout that cannot fit in memory -----===//
+//===- MemoryCheck.cpp - Refusing what cannot fit in memory ---------------===//
 //
-// A rollout step holds every row's KV cache at once and, per generated
-// token, each row's logits over the vocabulary. A batch of a million prompts
-// would be allocated until the kernel kills the process; instead the step
-// estimates these two before generating and stops with the numbers and the
-// fields to lower.
+// Training adds to a model's weights their gradients and AdamW's two
+// moments (and a reference copy where the run reads logp_ref); a rollout
+// step holds every row's KV cache at once and, per generated token, each
+// row's logits over the vocabulary. Either would be allocated until the
+// kernel (or the CUDA allocator) stops the process, minutes into the run;
+// instead the run estimates them first and stops with the numbers and what
+// to lower.
 //
 //===----------------------------------------------------------------------===//
 
@@ -12,10 +14,14 @@
 
 #include "Phases.h"
 
+#include "cac/Runtime/Kernels/CudaDriver.h"
+
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace cac::rt::train {
 
@@ -38,6 +44,45 @@ double availableHostMemory() {
   return -1;
 }
 
+/// What the process's cgroup (v2) still allows: memory.max - memory.current
+/// of its group; -1 without a limit ("max") or a cgroup v2 to read.
+double cgroupHeadroom() {
+  std::ifstream self("/proc/self/cgroup");
+  std::string line, group;
+  while (std::getline(self, line))
+    if (line.rfind("0::", 0) == 0)
+      group = line.substr(3);
+  if (group.empty())
+    return -1;
+  std::string dir = "/sys/fs/cgroup" + (group == "/" ? std::string() : group);
+  std::ifstream maxIn(dir + "/memory.max"), curIn(dir + "/memory.current");
+  std::string max;
+  double current = 0;
+  if (!(maxIn >> max) || max == "max" || !(curIn >> current))
+    return -1;
+  try {
+    return std::max(0.0, std::stod(max) - current);
+  } catch (const std::exception &) {
+    return -1;
+  }
+}
+
+/// The free memory of CUDA device \p ordinal; -1 where the driver cannot
+/// say.
+double availableCudaMemory(int ordinal) {
+  const CudaDriver &drv = CudaDriver::get();
+  if (!drv.available() || !drv.cuMemGetInfo || ordinal >= drv.deviceCount())
+    return -1;
+  try {
+    ScopedContext ctx(drv.primaryContext(ordinal));
+    size_t freeBytes = 0, totalBytes = 0;
+    drv.check(drv.cuMemGetInfo(&freeBytes, &totalBytes), "cuMemGetInfo");
+    return static_cast<double>(freeBytes);
+  } catch (const std::exception &) {
+    return -1;
+  }
+}
+
 /// Rows that generate at once for one prompt: a lower bound for plans that
 /// grow (chains add Monte-Carlo continuations, forests branch).
 int64_t rowsPerPrompt(const RolloutSpec &r) {
@@ -50,13 +95,34 @@ int64_t rowsPerPrompt(const RolloutSpec &r) {
   return std::max<int64_t>(r.n, 1);
 }
 
-std::string gib(double bytes) {
+} // namespace
+
+std::string formatGiB(double bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.3g GiB", bytes / double(int64_t(1) << 30));
   return buf;
 }
 
-} // namespace
+double availableMemory(const c10::Device &device) {
+  if (device.is_cuda())
+    return availableCudaMemory(device.has_index() ? device.index() : 0);
+  if (!device.is_cpu())
+    return -1;
+  double host = availableHostMemory(), group = cgroupHeadroom();
+  if (host < 0 || group < 0)
+    return std::max(host, group);
+  return std::min(host, group);
+}
+
+TrainingMemory estimateTrainingMemory(int64_t parameters, int64_t dtypeBytes,
+                                      bool reference) {
+  double weights = double(parameters) * double(dtypeBytes);
+  TrainingMemory m;
+  m.gradients = weights;
+  m.moments = 2 * weights;
+  m.reference = reference ? weights : 0;
+  return m;
+}
 
 RolloutMemory estimateRolloutMemory(const ModelConfig &c, int64_t dtypeBytes,
                                     int64_t rows, int64_t tokensPerRow) {
@@ -74,7 +140,7 @@ void checkRolloutMemory(const TrainerState &s, int64_t rlIndex,
                         int64_t numPrompts, int64_t promptTokens) {
   if (s.device().type() != at::kCPU || numPrompts <= 0)
     return;
-  double available = availableHostMemory();
+  double available = availableMemory(s.device());
   if (available <= 0)
     return;
   const RolloutSpec &r = s.cfg.rollout;
@@ -82,19 +148,75 @@ void checkRolloutMemory(const TrainerState &s, int64_t rlIndex,
   const ModelConfig &c = s.models.policy->config();
   int64_t dtypeBytes = static_cast<int64_t>(
       c10::elementSize(s.models.policy->parameters().front().scalar_type()));
-  RolloutMemory m = estimateRolloutMemory(
-      c, dtypeBytes, rows, promptTokens + r.maxTokens);
+  RolloutMemory m =
+      estimateRolloutMemory(c, dtypeBytes, rows, promptTokens + r.maxTokens);
   if (m.total() <= available)
     return;
   std::ostringstream msg;
   msg << "RL step " << rlIndex + 1 << ": the rollouts need at least about "
-      << gib(m.total()) << " (" << rows << " rows = " << numPrompts
+      << formatGiB(m.total()) << " (" << rows << " rows = " << numPrompts
       << " prompts x " << rowsPerPrompt(r) << ", " << promptTokens
       << " prompt + " << r.maxTokens << " new tokens each: KV cache "
-      << gib(m.kvCache) << ", logits " << gib(m.logits) << "), more than the "
-      << gib(available)
+      << formatGiB(m.kvCache) << ", logits " << formatGiB(m.logits)
+      << "), more than the " << formatGiB(available)
       << " of memory available; lower prompts, the rollouts per prompt or "
          "max_tokens";
+  throw TrainError(msg.str());
+}
+
+namespace {
+
+/// The parameters' dtype of every model the runtime trains (float32).
+constexpr int64_t kParameterBytes = 4;
+
+/// One model's share: "the policy's 1.54e+09 float32 parameters: weights
+/// 5.74 GiB, gradients ..." and its bytes.
+struct ModelNeed {
+  std::string text;
+  double bytes = 0;
+};
+
+ModelNeed modelNeed(const char *who, const ModelConfig &c, bool reference) {
+  double params = c.numParameters();
+  double weights = params * kParameterBytes;
+  TrainingMemory t = estimateTrainingMemory(static_cast<int64_t>(params),
+                                            kParameterBytes, reference);
+  char count[32];
+  std::snprintf(count, sizeof count, "%.3g", params);
+  std::ostringstream msg;
+  msg << who << " " << count << " float32 parameters (" << c.numHiddenLayers
+      << " layers): weights " << formatGiB(weights) << ", gradients "
+      << formatGiB(t.gradients) << ", AdamW's moments " << formatGiB(t.moments);
+  if (reference)
+    msg << ", the reference copy " << formatGiB(t.reference);
+  return {msg.str(), weights + t.total()};
+}
+
+} // namespace
+
+void checkTrainingMemory(const TrainerState &s, const ModelConfig &policy,
+                         const ModelConfig *critic) {
+  c10::Device device = s.device();
+  double available = availableMemory(device);
+  if (available <= 0)
+    return;
+  std::vector<ModelNeed> needs{
+      modelNeed("the policy's", policy, s.models.needReference)};
+  if (critic)
+    needs.push_back(modelNeed("the critic's", *critic, false));
+  double total = 0;
+  for (const ModelNeed &n : needs)
+    total += n.bytes;
+  if (total <= available)
+    return;
+  std::ostringstream msg;
+  msg << "training needs at least about " << formatGiB(total) << " on "
+      << device.str() << " (" << needs.front().text;
+  for (size_t i = 1; i < needs.size(); ++i)
+    msg << "; " << needs[i].text;
+  msg << "), more than the " << formatGiB(available)
+      << " available; use a smaller model (fewer layers) or a device with "
+         "more memory";
   throw TrainError(msg.str());
 }
 

@@ -107,6 +107,14 @@ TransformerLM makeModel(const TaskSource &task, const ModelSpec &m,
   return loadPretrained(m.path, lo);
 }
 
+ModelConfig modelConfig(const TaskSource &task, const ModelSpec &m) {
+  if (m.kind == ModelSpec::Kind::Builtin)
+    return builtinConfig(*task.tokenizer, m);
+  if (m.kind == ModelSpec::Kind::Random)
+    return randomConfig(*task.tokenizer, m);
+  return ModelConfig::fromFile(m.path / "config.json");
+}
+
 void buildOptimizer(TrainerState &s, bool rl) {
   const auto &o = s.cfg.optimizer;
   ModelSet &m = s.models;

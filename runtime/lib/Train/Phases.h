@@ -52,6 +52,9 @@ std::vector<float> hostFloats(const at::Tensor &t);
 
 TransformerLM makeModel(const TaskSource &task, const ModelSpec &m,
                         bool valueHead);
+/// The config makeModel builds \p m from (a folder's config.json read
+/// alone), to check what it needs before allocating it.
+ModelConfig modelConfig(const TaskSource &task, const ModelSpec &m);
 /// Builds the optimizer of the SFT phase (\p rl false: the policy) or of the
 /// RL phase (the policy and a critic model).
 void buildOptimizer(TrainerState &s, bool rl);
@@ -174,6 +177,15 @@ struct UpdateStats {
          gradNorm = 0;
   int64_t updates = 0;
 };
+
+/// Throws a TrainError with the numbers where the models of configs
+/// \p policy and \p critic (null without a critic model) cannot train in
+/// the memory available on the run's device: their weights, gradients,
+/// AdamW's moments and the policy's reference copy where the run reads
+/// logp_ref (estimateTrainingMemory, availableMemory). Before anything is
+/// allocated.
+void checkTrainingMemory(const TrainerState &s, const ModelConfig &policy,
+                         const ModelConfig *critic);
 
 /// On the CPU: throws a TrainError naming the numbers and the fields to
 /// lower where the step's rollouts of \p numPrompts prompts (at least the

@@ -105,6 +105,12 @@ struct Trainer::Impl : TrainerState {
       return false;
     torch::manual_seed(cfg.seed);
     ModelSet &m = models;
+    bool criticModel = cfg.critic.kind == CriticSpec::Kind::ValueModel;
+    ModelConfig criticConfig;
+    if (criticModel)
+      criticConfig = modelConfig(task, cfg.critic.model);
+    checkTrainingMemory(*this, modelConfig(task, cfg.model),
+                        criticModel ? &criticConfig : nullptr);
     m.policy = makeModel(task, cfg.model,
                          cfg.critic.kind == CriticSpec::Kind::ValueHead);
     if (cfg.critic.kind == CriticSpec::Kind::ValueModel)

@@ -31,7 +31,10 @@
 # after RL and its time per phase, for docs/benchmarks.md. `run.sh gen`
 # builds bench/generation and prints generation tokens/s with and without the
 # KV cache on $DEVICE and on the CPU, for docs/benchmarks.md. BUILD_ONLY=1
-# builds cac-run and cac-bench-generation and runs nothing.
+# builds cac-run and cac-bench-generation and runs nothing; CONFIGURE_ONLY=1
+# configures the build and checks that ninja knows how to make both (every
+# source present) without building them (scripts/test.sh, whose main build
+# compiles the same sources and passes its cac-run as CAC_RUN).
 set -uo pipefail
 out=${OUT:-/tmp}
 py=${PYTHON:-$(command -v python3)}
@@ -54,6 +57,11 @@ else
     ${prefix:+-DCMAKE_PREFIX_PATH="$prefix"} >"$out/configure.log" 2>&1 ||
     { tail -60 "$out/configure.log"; exit 1; }
   grep "cac_runtime_train" "$out/configure.log"
+  if [ -n "${CONFIGURE_ONLY:-}" ]; then
+    ninja -n -C "$build" cac-run cac-bench-generation >"$out/build.log" 2>&1 ||
+      { tail -20 "$out/build.log"; exit 1; }
+    exit 0
+  fi
   target=cac-run
   [ "${1:-}" = gen ] && target=cac-bench-generation
   [ -n "${BUILD_ONLY:-}" ] && target="cac-run cac-bench-generation"

@@ -7,6 +7,10 @@
 #                           on the staged .gpu-deps/bench-bundles (ARGS go to
 #                           it, e.g. --shapes 4096x4096 --iters 50)
 #   BUILD_ONLY=1 run.sh     builds both and runs nothing
+#   CONFIGURE_ONLY=1 run.sh configures the build and checks that ninja knows
+#                           how to make both (every source present), builds
+#                           nothing (scripts/test.sh, where the main build
+#                           already compiles and tests the same sources)
 set -uo pipefail
 bench=0
 if [ "${1:-}" = --bench ]; then
@@ -30,6 +34,11 @@ cmake -S scripts/gpu/kernels -B "$build" -G Ninja \
   ${prefix:+-DCMAKE_PREFIX_PATH="$prefix"} -DCMAKE_CUDA_COMPILER=/usr/local/cuda/bin/nvcc \
   >"$out/configure.log" 2>&1 || { tail -60 "$out/configure.log"; exit 1; }
 grep "cac_runtime_kernels" "$out/configure.log"
+if [ -n "${CONFIGURE_ONLY:-}" ]; then
+  ninja -n -C "$build" cac-runtime-kernels-tests cac-bench-gpu >"$out/build.log" 2>&1 ||
+    { tail -20 "$out/build.log"; exit 1; }
+  exit 0
+fi
 target=cac-runtime-kernels-tests
 [ $bench = 1 ] && target=cac-bench-gpu
 [ -n "${BUILD_ONLY:-}" ] && target="cac-runtime-kernels-tests cac-bench-gpu"

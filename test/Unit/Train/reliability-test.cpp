@@ -504,6 +504,64 @@ TEST(RolloutMemory, TheEstimateCountsTheKvCacheAndTheLogits) {
   EXPECT_EQ(m.total(), m.kvCache + m.logits);
 }
 
+TEST(TrainingMemory, TheEstimateCountsGradientsMomentsAndTheReference) {
+  TrainingMemory m = estimateTrainingMemory(1000, 4, true);
+  EXPECT_EQ(m.gradients, 4000.0);
+  EXPECT_EQ(m.moments, 8000.0);
+  EXPECT_EQ(m.reference, 4000.0);
+  EXPECT_EQ(m.total(), 16000.0);
+  EXPECT_EQ(estimateTrainingMemory(1000, 2, false).total(), 6000.0);
+}
+
+TEST(TrainingMemory, TheHostSaysWhatIsAvailable) {
+  double host = availableMemory(c10::Device(c10::kCPU));
+  double physical = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
+                    static_cast<double>(::sysconf(_SC_PAGESIZE));
+  EXPECT_GT(host, 0);
+  EXPECT_LE(host, physical);
+  EXPECT_EQ(formatGiB(1.5 * (1 << 30)), "1.5 GiB");
+}
+
+// A policy whose float32 weights take about 40% of this machine's memory:
+// they would fit (the config's own check passes), its gradients and AdamW's
+// moments with them would not. Refused before a weight is allocated (the
+// test would otherwise take 40% of the memory), with the numbers.
+TEST_F(ReliabilityTest, AModelThatCannotTrainIsRefusedBeforeAllocating) {
+  double physical = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
+                    static_cast<double>(::sysconf(_SC_PAGESIZE));
+  // hidden 1024, 8 heads of 128 (q, k, v, o: 4 x 1024^2), ffn 4096
+  // (3 x 1024 x 4096) and two norms per layer.
+  double perLayer = 4.0 * 1024 * 1024 + 3.0 * 1024 * 4096 + 2 * 1024;
+  int64_t layers = static_cast<int64_t>(0.4 * physical / 4 / perLayer) + 1;
+  std::string src = source();
+  src.replace(src.find("hidden = 16, layers = 1, heads = 2, kv_heads = 1, "
+                       "ffn = 32"),
+              58,
+              "hidden = 1024, layers = " + std::to_string(layers) +
+                  ", heads = 8, kv_heads = 8, ffn = 4096");
+  TrainConfig cfg = config(src, "a");
+  Trainer t(cfg, quiet());
+  DiagnosticEngine diag(cfg.file.string(), "");
+  std::string e;
+  try {
+    t.prepare(diag);
+  } catch (const std::exception &x) {
+    e = x.what();
+  }
+  EXPECT_NE(e.find("training needs at least about "), std::string::npos) << e;
+  EXPECT_NE(e.find(" on cpu (the policy's "), std::string::npos) << e;
+  EXPECT_NE(e.find(" float32 parameters (" + std::to_string(layers) +
+                   " layers): weights "),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find(", gradients "), std::string::npos) << e;
+  EXPECT_NE(e.find(", AdamW's moments "), std::string::npos) << e;
+  EXPECT_NE(e.find(" available; use a smaller model (fewer layers) or a "
+                   "device with more memory"),
+            std::string::npos)
+      << e;
+}
+
 // A batch that cannot fit is refused at the first prompt with
 // the estimate and the fields to lower, before anything is generated (and
 // before the other prompts are built).

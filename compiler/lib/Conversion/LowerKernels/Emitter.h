@@ -86,6 +86,11 @@ void eraseImplicitYield(scf::ForOp forOp);
 
 bool isElementwise(Operation *op);
 
+/// The key of x in the descending order of rank and batch_top_k, an integer
+/// of x's width: a larger x has a smaller unsigned key, -0.0 ties with 0.0,
+/// and every NaN comes before +inf (RankSort.cpp).
+Value descendingKey(Emitter &e, Value x);
+
 /// Helpers shared by the rank sort and the tree kernels: indices stored as
 /// floats in scratch buffers, loops over ranges, conditionals.
 class IndexOps {

@@ -65,6 +65,11 @@ void GroupKernelEmitter::compute(Value unit) {
   for (ReduceOp r : pass1)
     if (!isSecondPass(r.getKind()))
       memo[r.getResult()] = means[r];
+  // A batch kernel's batch_top_k selections, whose counts may read its
+  // reductions.
+  for (Operation &op : kernel.getBody().front())
+    if (auto k = dyn_cast<BatchKthOp>(op))
+      memo[k.getResult()] = batchKth(k);
 }
 
 SmallVector<Value> GroupKernelEmitter::memberLoop(ArrayRef<ReduceOp> reds,

@@ -69,6 +69,8 @@ private:
   Value finishFirst(ReduceOp r, Value acc);
   Value finishSecond(ReduceOp r, Value ss);
   Value seqAt(Value v, Value seq);
+  /// The token index a batch_top_k selection ends at (BatchSelect.cpp).
+  Value batchKth(BatchKthOp op);
   Value eval(Value v);
 
   Emitter &e;

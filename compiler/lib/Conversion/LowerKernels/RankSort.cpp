@@ -15,10 +15,11 @@
 
 namespace cac::lowering {
 
-/// The rank's sort key of x: the float's bits, ordered so that a larger x
-/// gives a smaller unsigned key (-0.0 is made +0.0 first, so the two tie;
-/// every NaN +NaN, which sorts before +inf).
-Value SeqKernelEmitter::rankKey(Value x) {
+/// The descending order's key of x (Emitter.h): the float's bits, ordered so
+/// that a larger x gives a smaller unsigned key (-0.0 is made +0.0 first, so
+/// the two tie; every NaN +NaN, which sorts before +inf).
+Value descendingKey(Emitter &e, Value x) {
+  OpBuilder &b = e.b;
   Location loc = e.loc;
   const unsigned bits = e.ft.getIntOrFloatBitWidth();
   Type it = b.getIntegerType(bits);
@@ -45,6 +46,9 @@ Value SeqKernelEmitter::rankKey(Value x) {
                         : std::numeric_limits<int32_t>::max()));
   return b.create<arith::XOrIOp>(loc, raw, flip);
 }
+
+/// The rank's sort key of x.
+Value SeqKernelEmitter::rankKey(Value x) { return descendingKey(e, x); }
 
 /// The rank's sort as a block of threads runs it (the GPU's seq kernels,
 /// where one thread sorting alone leaves the block idle): the same stable

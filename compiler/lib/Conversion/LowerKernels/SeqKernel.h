@@ -98,6 +98,10 @@ private:
   Value groupKey(GroupKeyOp k);
   Value groupPosSum(GroupPosSumOp s, Value t);
 
+  // BatchSelect.cpp: batch_top_k's flags and the uniform draw at a token.
+  Value batchTopK(BatchTopKOp op, Value t);
+  Value uniform(UniformOp op, Value t);
+
   // TokenExpr.cpp: values at a token and seq-level values.
   Value evalOuter(Value v);
   Value computeOuter(Value v);

@@ -73,6 +73,10 @@ Value SeqKernelEmitter::computeTok(Value v, Value t) {
     return e.toFloat(b.create<arith::SubIOp>(e.loc, t, start));
   if (auto s = dyn_cast<GroupPosSumOp>(op))
     return groupPosSum(s, t);
+  if (auto k = dyn_cast<BatchTopKOp>(op))
+    return batchTopK(k, t);
+  if (auto u = dyn_cast<UniformOp>(op))
+    return uniform(u, t);
   if (auto s = dyn_cast<ShiftOp>(op))
     return shiftTok(s, t);
   if (auto bc = dyn_cast<BroadcastOp>(op)) {

@@ -10,9 +10,6 @@
 
 #include "cac/Eager/Padded.h"
 
-#include "mlir/IR/Operation.h"
-#include "llvm/ADT/STLFunctionalExtras.h"
-
 namespace cac {
 
 /// For each sequence ([B] values `x`), the number of sequences j of its group
@@ -27,11 +24,6 @@ enum class GroupKeyKind { Sum, Mean, Count };
 /// (x[i] + sum (x[j] - x[i]) / n, exact over equal values) or their number.
 torch::Tensor groupKeyReduce(const PaddedBatch &pb, const torch::Tensor &x,
                              const torch::Tensor &key, GroupKeyKind kind);
-
-/// The value of a cac.group_rank, cac.group_key or cac.group_pos_sum op from
-/// its operands' values (`get`); an undefined tensor for any other op.
-torch::Tensor groupRead(const PaddedBatch &pb, mlir::Operation *op,
-                        llvm::function_ref<torch::Tensor(mlir::Value)> get);
 
 /// For each token ([B, T] values `x`), the sum of `x` at its position over
 /// the sequences of its group that reach it (differentiable).

@@ -150,6 +150,38 @@ LogicalResult GroupPosSumOp::verify() {
   return success();
 }
 
+LogicalResult BatchKthOp::verify() {
+  Domain k = fieldOf(getCount()).getDomain();
+  if (fieldOf(getInput()).getDomain() != Domain::Token ||
+      !isFloatField(getInput()) || !isFloatField(getCount()) ||
+      (k != Domain::Scalar && k != Domain::Batch) ||
+      fieldOf(getResult()).getDomain() != Domain::Batch ||
+      !isFloatField(getResult()))
+    return emitOpError("takes the numbers of a token field and a scalar or "
+                       "batch count, and gives a batch number");
+  return success();
+}
+
+LogicalResult BatchTopKOp::verify() {
+  if (fieldOf(getInput()).getDomain() != Domain::Token ||
+      !isFloatField(getInput()) ||
+      fieldOf(getKth()).getDomain() != Domain::Batch ||
+      fieldOf(getResult()).getDomain() != Domain::Token ||
+      !fieldOf(getResult()).getElementType().isInteger(1))
+    return emitOpError("flags a token field's tokens from a batch index "
+                       "(a cac.batch_kth of it), as a token predicate");
+  return success();
+}
+
+LogicalResult UniformOp::verify() {
+  if (fieldOf(getSeed()).getDomain() != Domain::Scalar ||
+      !isFloatField(getSeed()) ||
+      fieldOf(getResult()).getDomain() != Domain::Token ||
+      !isFloatField(getResult()))
+    return emitOpError("takes a scalar seed and gives token numbers");
+  return success();
+}
+
 LogicalResult SegGatherOp::verify() {
   if (fieldOf(getInput()).getDomain() != Domain::Seg ||
       !getInput().getDefiningOp<InputOp>())

@@ -38,11 +38,11 @@ bool readsOtherNodes(Operation *op) {
   return isa<ParentOp, ChildMeanOp, TreeMeanOp>(op);
 }
 
-/// Operations that read their operand at the other sequences of the group:
-/// the operand must be complete, so it comes from an earlier kernel (or is
-/// an input).
+/// Operations that read their operand at the other sequences of the group
+/// (or, batch_top_k, at a token of any sequence): the operand must be
+/// complete, so it comes from an earlier kernel (or is an input).
 bool readsOtherSeqs(Operation *op) {
-  return isa<GroupRankOp, GroupPosSumOp, GroupKeyOp>(op);
+  return isa<GroupRankOp, GroupPosSumOp, GroupKeyOp, BatchTopKOp>(op);
 }
 
 /// Operations that stay outside kernels: inputs, and scalar computations

@@ -65,7 +65,8 @@ public:
   cu::Context primaryContext(int ordinal) const;
 
   // Entry points (null when the library is absent). The optional ones
-  // (memory, for tests and tools) may be null on exotic drivers.
+  // (memory, for tests, tools and the memory checks) may be null on exotic
+  // drivers.
   cu::Result (*cuInit)(unsigned) = nullptr;
   cu::Result (*cuDeviceGetCount)(int *) = nullptr;
   cu::Result (*cuDeviceGet)(cu::Device *, int) = nullptr;
@@ -89,6 +90,8 @@ public:
   cu::Result (*cuMemFree)(cu::DevicePtr) = nullptr;
   cu::Result (*cuMemcpyHtoD)(cu::DevicePtr, const void *, size_t) = nullptr;
   cu::Result (*cuMemcpyDtoH)(void *, cu::DevicePtr, size_t) = nullptr;
+  /// Free and total memory of the current context's device.
+  cu::Result (*cuMemGetInfo)(size_t *, size_t *) = nullptr;
   // Events, for benchmarks that time the device rather than the host.
   cu::Result (*cuEventCreate)(cu::Event *, unsigned) = nullptr;
   cu::Result (*cuEventRecord)(cu::Event, cu::Stream) = nullptr;

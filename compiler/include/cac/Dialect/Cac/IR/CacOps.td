@@ -326,6 +326,66 @@ def Cac_GroupPosSumOp : Cac_Op<"group_pos_sum", [Pure, AllTypesMatch<["input", "
   let hasVerifier = 1;
 }
 
+def Cac_BatchKthOp : Cac_Op<"batch_kth", [Pure]> {
+  let summary = "where the k largest tokens of the batch end";
+  let description = [{
+    Orders the batch's tokens by `x` descending (NaN above +inf, -0.0 equal
+    to 0.0), ties by the lower token index (sequence, then position), and
+    returns the token index of the k-th of that order, as a float; -1 when
+    k is 0. The count is rounded down and clamped to [0, N] (NaN: 0).
+    `cac.batch_top_k` turns it into the flags. It reads every token of its
+    operand, so the operand comes from an earlier kernel (cac-partition),
+    and it runs in a batch kernel (docs/language.md, `batch_top_k`).
+
+    ```mlir
+    %f = cac.batch_kth %x, %k : !cac.field<token, f64>, !cac.field<scalar, f64> -> !cac.field<batch, f64>
+    ```
+  }];
+  let arguments = (ins Cac_Field:$input, Cac_Field:$count);
+  let results = (outs Cac_Field:$result);
+  let assemblyFormat =
+      "$input `,` $count attr-dict `:` type($input) `,` type($count) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Cac_BatchTopKOp : Cac_Op<"batch_top_k", [Pure]> {
+  let summary = "the batch's k largest tokens, from cac.batch_kth";
+  let description = [{
+    True at the tokens that come no later than token `kth` (a
+    `cac.batch_kth` of the same operand) in the order of `cac.batch_kth`:
+    `x[t] > x[kth]`, or `x[t] == x[kth]` and `t <= kth`; false everywhere
+    when `kth` is -1. It reads its operand at token `kth`, so the operand
+    comes from an earlier kernel.
+
+    ```mlir
+    %p = cac.batch_top_k %x, %f : !cac.field<token, f64>, !cac.field<batch, f64> -> !cac.field<token, i1>
+    ```
+  }];
+  let arguments = (ins Cac_Field:$input, Cac_Field:$kth);
+  let results = (outs Cac_Field:$result);
+  let assemblyFormat =
+      "$input `,` $kth attr-dict `:` type($input) `,` type($kth) `->` type($result)";
+  let hasVerifier = 1;
+}
+
+def Cac_UniformOp : Cac_Op<"uniform", [Pure]> {
+  let summary = "a uniform draw in [0, 1) per token, a hash of a seed";
+  let description = [{
+    At token position `t` (actions only) of sequence `i`: the splitmix64
+    hash h of (seed, i, t) (docs/language.md, `uniform`), as
+    `(h >> 11) * 2^-53` in f64 and `(h >> 40) * 2^-24` in f32. The seed is
+    a scalar, truncated to an integer.
+
+    ```mlir
+    %u = cac.uniform %seed : !cac.field<scalar, f64> -> !cac.field<token, f64>
+    ```
+  }];
+  let arguments = (ins Cac_Field:$seed);
+  let results = (outs Cac_Field:$result);
+  let assemblyFormat = "$seed attr-dict `:` type($seed) `->` type($result)";
+  let hasVerifier = 1;
+}
+
 def Cac_SegGatherOp : Cac_Op<"seg_gather", [Pure]> {
   let summary = "reads a per-segment input at each token's segment";
   let description = [{
