@@ -553,11 +553,13 @@ Value callFunction(std::string_view name, const std::vector<Value> &args,
     if (step == 0)
       throw ValueError("range() step must not be zero");
     List out;
-    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+    for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
       // Hugging Face's sandbox caps range() at 100000 items too.
       if (out.size() >= 100000)
         throw ValueError("range() is limited to 100000 items");
       out.push_back(Value::integer(i));
+      if (__builtin_add_overflow(i, step, &i))
+        break;
     }
     return Value::makeList(std::move(out));
   }

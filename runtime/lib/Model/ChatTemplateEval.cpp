@@ -20,6 +20,12 @@ namespace {
 /// The most output one rendering may produce: a prompt is far smaller; a
 /// template looping without bound stops here with an error.
 constexpr size_t kMaxOutput = size_t(64) << 20;
+/// The most expressions and loop iterations one rendering may take: a
+/// prompt takes thousands; nested loops over long ranges stop here with an
+/// error instead of running for hours.
+constexpr uint64_t kMaxSteps = 2'000'000;
+/// The most items a list repetition (`[x] * n`) may make.
+constexpr uint64_t kMaxItems = uint64_t(1) << 20;
 
 enum class Flow { Normal, Break, Continue };
 
@@ -60,6 +66,12 @@ private:
     }
     return Value::undefined(name);
   }
+  /// Counts one expression or loop iteration against kMaxSteps.
+  void step(Loc loc) {
+    if (++steps_ > kMaxSteps)
+      fail(loc, "the template takes more than " + std::to_string(kMaxSteps) +
+                    " steps (expressions and loop iterations)");
+  }
   [[noreturn]] static void fail(Loc loc, const std::string &what) {
     throw TemplateError(loc, what);
   }
@@ -73,6 +85,7 @@ private:
 
   std::vector<std::unordered_map<std::string, Value>> scopes_;
   std::string out_;
+  uint64_t steps_ = 0;
 };
 
 Flow Renderer::renderBody(const Body &body) {
@@ -154,6 +167,7 @@ Flow Renderer::renderFor(const Stmt &s) {
   }
   int64_t n = static_cast<int64_t>(items.size());
   for (int64_t k = 0; k < n; ++k) {
+    step(s.loc);
     Dict loop = {{"index", Value::integer(k + 1)},
                  {"index0", Value::integer(k)},
                  {"revindex", Value::integer(n - k)},
@@ -220,6 +234,7 @@ void Renderer::renderSet(const Stmt &s) {
 
 Value Renderer::eval(const Expr &e) {
   using K = Expr::Kind;
+  step(e.loc);
   try {
     switch (e.kind) {
     case K::Literal:
@@ -333,6 +348,10 @@ Value Renderer::evalCall(const Expr &e) {
   std::vector<Value> args;
   KwArgs kwargs;
   if (callee.kind == Expr::Kind::Name) {
+    if (!isSupportedFunction(callee.name))
+      fail(callee.loc,
+           "unsupported function '" + callee.name +
+               "' (the supported functions: " + supportedFunctionNames() + ")");
     evalArgs(e, 1, args, kwargs);
     try {
       return callFunction(callee.name, args, kwargs);
@@ -413,11 +432,13 @@ Value Renderer::evalSlice(const Expr &e) {
   int64_t stop = adjust(parts[1], step < 0 ? -1 : n);
   List items;
   std::vector<char32_t> chars;
-  for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+  for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
     if (obj.isString())
       chars.push_back(cps[i]);
     else
       items.push_back((*obj.list)[i]);
+    if (__builtin_add_overflow(i, step, &i))
+      break;
   }
   return obj.isString() ? Value::string(encodeUtf8(chars))
                         : Value::makeList(std::move(items));
@@ -480,9 +501,12 @@ Value Renderer::evalBinary(const Expr &e, const Value &a, const Value &b) {
     const Value &seq = isSeq(a) ? a : b;
     int64_t n = std::max<int64_t>(0, asInt(isSeq(a) ? b : a));
     size_t unit = seq.isString() ? seq.s.size() : seq.list->size();
-    if (unit > 0 && static_cast<uint64_t>(n) > kMaxOutput / unit)
-      fail(e.loc, "the repeated sequence would exceed " +
-                      std::to_string(kMaxOutput >> 20) + " MiB");
+    uint64_t limit = seq.isString() ? kMaxOutput : kMaxItems;
+    if (unit > 0 && static_cast<uint64_t>(n) > limit / unit)
+      fail(e.loc, seq.isString() ? "the repeated string would exceed " +
+                                       std::to_string(kMaxOutput >> 20) + " MiB"
+                                 : "the repeated list would exceed " +
+                                       std::to_string(kMaxItems) + " items");
     if (seq.isString()) {
       std::string out;
       for (int64_t k = 0; k < n; ++k)

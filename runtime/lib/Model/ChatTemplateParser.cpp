@@ -11,6 +11,7 @@
 #include "ChatTemplateLexer.h"
 #include "ChatTemplateSyntax.h"
 
+#include <algorithm>
 #include <cstdlib>
 
 namespace cac::rt::chat {
@@ -19,6 +20,10 @@ namespace {
 
 /// The statements the subset has, for the error on others.
 constexpr const char *kStatements = "for, if/elif/else, set, break, continue";
+
+/// The deepest nesting of expressions or statements a template may have
+/// (real chat templates nest a few levels).
+constexpr int kMaxDepth = 100;
 
 class Parser {
 public:
@@ -97,6 +102,32 @@ private:
   ExprPtr parseSequence(Expr::Kind kind, const char *close, Loc loc,
                         ExprPtr first = nullptr);
 
+  /// Makes \p kid (may be null) a child of \p parent. Trees are at most
+  /// kMaxDepth deep, so that rendering and freeing them (both recursive)
+  /// stay within the stack whatever the template.
+  static void adopt(Expr &parent, ExprPtr kid) {
+    if (kid) {
+      parent.depth = std::max(parent.depth, kid->depth + 1);
+      if (parent.depth > kMaxDepth)
+        throw TemplateError(parent.loc, "the expression is nested more than " +
+                                            std::to_string(kMaxDepth) +
+                                            " deep");
+    }
+    parent.kids.push_back(std::move(kid));
+  }
+
+  /// Bounds the parser's recursion (parentheses, `not`, unary signs,
+  /// nested statements) at kMaxDepth.
+  struct Nest {
+    Nest(Parser &p) : p(p) {
+      if (++p.nesting_ > kMaxDepth)
+        p.fail(p.cur(), "the template is nested more than " +
+                            std::to_string(kMaxDepth) + " deep");
+    }
+    ~Nest() { --p.nesting_; }
+    Parser &p;
+  };
+
   static ExprPtr node(Expr::Kind k, Loc loc) {
     auto e = std::make_unique<Expr>();
     e->kind = k;
@@ -106,6 +137,7 @@ private:
 
   std::vector<Token> toks_;
   size_t pos_ = 0;
+  int nesting_ = 0;
 };
 
 Body Parser::parseBody(const std::vector<std::string> &ends,
@@ -156,6 +188,7 @@ Body Parser::parseBody(const std::vector<std::string> &ends,
 }
 
 Stmt Parser::parseStatement(const Token &begin) {
+  Nest nest(*this);
   const Token &kw = cur();
   if (kw.kind != Token::Kind::Name)
     fail(kw, "expected a statement name after '{%', found " + describe(kw));
@@ -270,6 +303,7 @@ Stmt Parser::parseSet(Loc loc) {
 }
 
 ExprPtr Parser::parseExpr(bool allowCond) {
+  Nest nest(*this);
   ExprPtr e = parseOr();
   while (allowCond && isName("if")) {
     Loc loc = cur().loc;
@@ -281,9 +315,9 @@ ExprPtr Parser::parseExpr(bool allowCond) {
       ++pos_;
       other = parseExpr();
     }
-    c->kids.push_back(std::move(e));
-    c->kids.push_back(std::move(test));
-    c->kids.push_back(std::move(other));
+    adopt(*c, std::move(e));
+    adopt(*c, std::move(test));
+    adopt(*c, std::move(other));
     e = std::move(c);
   }
   return e;
@@ -294,8 +328,8 @@ ExprPtr Parser::parseOr() {
   while (isName("or")) {
     auto n = node(Expr::Kind::Or, cur().loc);
     ++pos_;
-    n->kids.push_back(std::move(e));
-    n->kids.push_back(parseAnd());
+    adopt(*n, std::move(e));
+    adopt(*n, parseAnd());
     e = std::move(n);
   }
   return e;
@@ -306,18 +340,19 @@ ExprPtr Parser::parseAnd() {
   while (isName("and")) {
     auto n = node(Expr::Kind::And, cur().loc);
     ++pos_;
-    n->kids.push_back(std::move(e));
-    n->kids.push_back(parseNot());
+    adopt(*n, std::move(e));
+    adopt(*n, parseNot());
     e = std::move(n);
   }
   return e;
 }
 
 ExprPtr Parser::parseNot() {
+  Nest nest(*this);
   if (isName("not")) {
     auto n = node(Expr::Kind::Not, cur().loc);
     ++pos_;
-    n->kids.push_back(parseNot());
+    adopt(*n, parseNot());
     return n;
   }
   return parseCompare();
@@ -346,10 +381,10 @@ ExprPtr Parser::parseCompare() {
     }
     if (!cmp) {
       cmp = node(Expr::Kind::Compare, loc);
-      cmp->kids.push_back(std::move(e));
+      adopt(*cmp, std::move(e));
     }
     cmp->ops.push_back(op);
-    cmp->kids.push_back(parseBinary(0));
+    adopt(*cmp, parseBinary(0));
   }
   return cmp ? std::move(cmp) : std::move(e);
 }
@@ -368,19 +403,20 @@ ExprPtr Parser::parseBinary(int level) {
     auto n = node(Expr::Kind::Binary, cur().loc);
     n->name = cur().text;
     ++pos_;
-    n->kids.push_back(std::move(e));
-    n->kids.push_back(parseBinary(level + 1));
+    adopt(*n, std::move(e));
+    adopt(*n, parseBinary(level + 1));
     e = std::move(n);
   }
   return e;
 }
 
 ExprPtr Parser::parseUnary(bool withFilter) {
+  Nest nest(*this);
   ExprPtr e;
   if (isOp("-") || isOp("+")) {
     e = node(isOp("-") ? Expr::Kind::Neg : Expr::Kind::Pos, cur().loc);
     ++pos_;
-    e->kids.push_back(parseUnary(false));
+    adopt(*e, parseUnary(false));
   } else {
     e = parsePrimary();
   }
@@ -454,9 +490,9 @@ ExprPtr Parser::parsePrimary() {
       ++pos_;
       auto d = node(Expr::Kind::Dict, t.loc);
       while (!isOp("}")) {
-        d->kids.push_back(parseExpr());
+        adopt(*d, parseExpr());
         expectOp(":");
-        d->kids.push_back(parseExpr());
+        adopt(*d, parseExpr());
         if (!isOp(","))
           break;
         ++pos_;
@@ -477,7 +513,7 @@ ExprPtr Parser::parseSequence(Expr::Kind kind, const char *close, Loc loc,
                               ExprPtr first) {
   auto s = node(kind, loc);
   if (first) {
-    s->kids.push_back(std::move(first));
+    adopt(*s, std::move(first));
     if (!isOp(","))
       return s;
     ++pos_;
@@ -488,7 +524,7 @@ ExprPtr Parser::parseSequence(Expr::Kind kind, const char *close, Loc loc,
                     cur().kind == Token::Kind::VarEnd || isName("if"));
   };
   while (!atEnd()) {
-    s->kids.push_back(parseExpr());
+    adopt(*s, parseExpr());
     if (!isOp(","))
       break;
     ++pos_;
@@ -509,14 +545,14 @@ ExprPtr Parser::parsePostfix(ExprPtr e) {
         auto idx = node(Expr::Kind::Literal, t.loc);
         idx->value = Value::integer(std::strtoll(t.text.c_str(), nullptr, 10));
         ++pos_;
-        n->kids.push_back(std::move(e));
-        n->kids.push_back(std::move(idx));
+        adopt(*n, std::move(e));
+        adopt(*n, std::move(idx));
         e = std::move(n);
         continue;
       }
       auto n = node(Expr::Kind::Attr, t.loc);
       n->name = expectName("an attribute name after '.'");
-      n->kids.push_back(std::move(e));
+      adopt(*n, std::move(e));
       e = std::move(n);
     } else if (isOp("[")) {
       Loc loc = cur().loc;
@@ -525,11 +561,10 @@ ExprPtr Parser::parsePostfix(ExprPtr e) {
     } else if (isOp("(")) {
       Loc loc = cur().loc;
       ++pos_;
-      // Calls: a global function by name, or a method of a value.
-      if (e->kind == Expr::Kind::Name && !isSupportedFunction(e->name))
-        throw TemplateError(e->loc, "unsupported function '" + e->name +
-                                        "' (the supported functions: " +
-                                        supportedFunctionNames() + ")");
+      // Calls: a global function by name, or a method of a value. Other
+      // functions are an error only when called: templates guard the ones
+      // Hugging Face adds (`strftime_now is defined`), which are undefined
+      // here.
       if (e->kind == Expr::Kind::Attr && !isSupportedMethod(e->name))
         throw TemplateError(e->loc, "unsupported method '" + e->name +
                                         "' (the supported methods: " +
@@ -537,7 +572,7 @@ ExprPtr Parser::parsePostfix(ExprPtr e) {
       if (e->kind != Expr::Kind::Name && e->kind != Expr::Kind::Attr)
         throw TemplateError(loc, "only functions and methods can be called");
       auto n = node(Expr::Kind::Call, e->loc);
-      n->kids.push_back(std::move(e));
+      adopt(*n, std::move(e));
       parseCallArgs(*n);
       e = std::move(n);
     } else {
@@ -565,14 +600,14 @@ ExprPtr Parser::parseSubscript(ExprPtr e, Loc loc) {
     if (!parts[0])
       throw TemplateError(loc, "empty subscript '[]'");
     auto n = node(Expr::Kind::Item, loc);
-    n->kids.push_back(std::move(e));
-    n->kids.push_back(std::move(parts[0]));
+    adopt(*n, std::move(e));
+    adopt(*n, std::move(parts[0]));
     return n;
   }
   auto n = node(Expr::Kind::Slice, loc);
-  n->kids.push_back(std::move(e));
+  adopt(*n, std::move(e));
   for (auto &p : parts)
-    n->kids.push_back(std::move(p));
+    adopt(*n, std::move(p));
   return n;
 }
 
@@ -584,11 +619,13 @@ void Parser::parseCallArgs(Expr &call) {
         peek().text == "=") {
       std::string key = cur().text;
       pos_ += 2;
-      call.kwargs.emplace_back(key, parseExpr());
+      ExprPtr value = parseExpr();
+      call.depth = std::max(call.depth, value->depth + 1);
+      call.kwargs.emplace_back(key, std::move(value));
     } else {
       if (!call.kwargs.empty())
         fail(cur(), "a positional argument after a keyword argument");
-      call.kids.push_back(parseExpr());
+      adopt(call, parseExpr());
     }
     if (!isOp(","))
       break;
@@ -608,7 +645,7 @@ ExprPtr Parser::parseFilterExpr(ExprPtr e) {
                     supportedFilterNames() + ")");
       auto n = node(Expr::Kind::Filter, t.loc);
       n->name = name;
-      n->kids.push_back(std::move(e));
+      adopt(*n, std::move(e));
       if (isOp("(")) {
         ++pos_;
         parseCallArgs(*n);
@@ -628,7 +665,7 @@ ExprPtr Parser::parseFilterExpr(ExprPtr e) {
                     "' (the supported tests: " + supportedTestNames() + ")");
       n->loc = t.loc;
       n->name = name;
-      n->kids.push_back(std::move(e));
+      adopt(*n, std::move(e));
       Token::Kind k = cur().kind;
       if (isOp("(")) {
         ++pos_;
@@ -642,7 +679,7 @@ ExprPtr Parser::parseFilterExpr(ExprPtr e) {
         // `x is divisibleby 3`: one argument without parentheses.
         if (isName("is"))
           fail(cur(), "tests cannot be chained with 'is'");
-        n->kids.push_back(parsePostfix(parsePrimary()));
+        adopt(*n, parsePostfix(parsePrimary()));
       }
       e = std::move(n);
     } else {

@@ -70,6 +70,8 @@ struct Expr {
   std::vector<std::string> ops;
   /// Test: `is not`.
   bool negated = false;
+  /// The height of this node's tree (a leaf: 1).
+  int depth = 1;
 };
 
 struct Stmt;

@@ -179,9 +179,6 @@ TEST(ChatTemplateTest, ConstructsOutsideTheSubsetAreParseErrors) {
                {"ORIGIN: 1:9: unsupported test 'callable'", "defined"});
   EXPECT_ERROR(parse("{{ x.format(1) }}"),
                {"ORIGIN: 1:6: unsupported method 'format'", "startswith"});
-  EXPECT_ERROR(
-      parse("{{ strftime_now('%Y') }}"),
-      {"ORIGIN: 1:4: unsupported function 'strftime_now'", "namespace"});
   EXPECT_ERROR(parse("{% set x %}a{% endset %}"),
                {"ORIGIN: 1:10: block assignments"});
   EXPECT_ERROR(parse("{% for x in xs %}a"),
@@ -194,7 +191,7 @@ TEST(ChatTemplateTest, ConstructsOutsideTheSubsetAreParseErrors) {
   EXPECT_ERROR(parse("{{ [1 2] }}"), {"ORIGIN: 1:7: expected ']', found '2'"});
   // Inside brackets '}}' does not end the tag (as in Jinja2).
   EXPECT_ERROR(parse("{{ (a }}"), {"ORIGIN: 1:1: unclosed tag: '{{'"});
-  EXPECT_ERROR(parse("{{ f(*xs) }}"), {"unsupported function 'f'"});
+  EXPECT_ERROR(parse("{{ f(*xs) }}"), {"1:6: '*args'"});
   EXPECT_ERROR(parse("{{ range(*xs) }}"), {"1:10: '*args'"});
   // Columns count characters, not UTF-8 bytes.
   EXPECT_ERROR(parse("é{% foo %}"), {"ORIGIN: 1:5: unsupported statement"});
@@ -214,6 +211,12 @@ TEST(ChatTemplateTest, RenderErrorsNameTheirPosition) {
                 "alternate"});
   EXPECT_ERROR(run("{% set x = 1 %}{% set x.a = 2 %}"),
                {"T: 1:16: cannot set an attribute of 'x' (int)"});
+  // Functions outside the subset are undefined, and an error when called.
+  EXPECT_EQ(render("{% if strftime_now is defined %}{{ strftime_now('%Y') "
+                   "}}{% else %}fixed{% endif %}"),
+            "fixed");
+  EXPECT_ERROR(run("\n {{ strftime_now('%Y') }}"),
+               {"T: 2:5: unsupported function 'strftime_now'", "namespace"});
   EXPECT_ERROR(run("{{ 1 // 0 }}"), {"T: 1:6: integer division or modulo"});
   EXPECT_ERROR(run("{{ 'a'.split('') }}"), {"split: empty separator"});
   EXPECT_ERROR(run("{{ x | tojson }}"), {"not JSON serializable"});
@@ -221,6 +224,20 @@ TEST(ChatTemplateTest, RenderErrorsNameTheirPosition) {
                {"cannot unpack int into 2 names"});
   EXPECT_ERROR(run("{% for x in 3 %}{% endfor %}"), {"int is not iterable"});
   EXPECT_ERROR(run("{{ 'ab' * 100000000 }}"), {"would exceed 64 MiB"});
+  EXPECT_ERROR(run("{{ [1, 2] * 1000000 }}"), {"would exceed 1048576 items"});
+  EXPECT_ERROR(run("{% for a in range(100000) %}{% for b in range(100000) "
+                   "%}{% endfor %}{% endfor %}"),
+               {"takes more than 2000000 steps"});
+  EXPECT_EQ(render("{{ [1, 2, 3][1::9223372036854775807] }}"), "[2]");
+  // Trees deeper than 100 are refused (rendering and freeing them recurse).
+  std::string parens =
+      "{{ " + std::string(150, '(') + "1" + std::string(150, ')') + " }}";
+  EXPECT_ERROR(run(parens.c_str()), {"nested more than 100 deep"});
+  std::string chain = "{{ x";
+  for (int k = 0; k < 150; ++k)
+    chain += ".a";
+  chain += " }}";
+  EXPECT_ERROR(run(chain.c_str()), {"nested more than 100 deep"});
   EXPECT_ERROR(run("{{ range(100001) | length }}"), {"limited to 100000"});
   EXPECT_ERROR(run("{{ 9223372036854775807 + 1 }}"), {"integer overflow"});
 }
