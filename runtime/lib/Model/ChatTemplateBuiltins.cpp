@@ -527,13 +527,14 @@ Value callFunction(std::string_view name, const std::vector<Value> &args,
       throw ValueError("namespace() takes keyword arguments (or one mapping)");
     if (!args.empty())
       d = args[0].entries();
-    for (const auto &[k, v] : kwargs) {
-      auto it = std::find_if(d.begin(), d.end(),
-                             [&](const auto &e) { return e.first == k; });
+    for (const auto &kv : kwargs) {
+      auto it = std::find_if(d.begin(), d.end(), [&](const auto &e) {
+        return e.first == kv.first;
+      });
       if (it != d.end())
-        it->second = v;
+        it->second = kv.second;
       else
-        d.emplace_back(k, v);
+        d.push_back(kv);
     }
     return Value::makeNamespace(std::move(d));
   }
