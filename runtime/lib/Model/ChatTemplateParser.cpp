@@ -254,7 +254,8 @@ Stmt Parser::parseIf(Loc loc) {
   Stmt s;
   s.kind = Stmt::Kind::If;
   s.loc = loc;
-  ExprPtr cond = parseExpr();
+  // As Jinja2, no `a if b else c` at the top of the condition.
+  ExprPtr cond = parseExpr(/*allowCond=*/false);
   while (true) {
     expectBlockEnd();
     std::string end;
@@ -268,7 +269,7 @@ Stmt Parser::parseIf(Loc loc) {
       s.branches.emplace_back(nullptr, std::move(other));
       break;
     }
-    cond = parseExpr();
+    cond = parseExpr(/*allowCond=*/false);
   }
   expectBlockEnd();
   return s;

@@ -189,6 +189,9 @@ TEST(ChatTemplateTest, ConstructsOutsideTheSubsetAreParseErrors) {
   EXPECT_ERROR(parse("{{ 'abc }}"), {"ORIGIN: 1:4: unclosed string"});
   EXPECT_ERROR(parse("{{ a ? b }}"), {"ORIGIN: 1:6: unexpected character '?'"});
   EXPECT_ERROR(parse("{{ [1 2] }}"), {"ORIGIN: 1:7: expected ']', found '2'"});
+  // As in Jinja2, an if statement's condition is no conditional expression.
+  EXPECT_ERROR(parse("{% if a if b else c %}{% endif %}"),
+               {"ORIGIN: 1:9: expected '%}', found 'if'"});
   // Inside brackets '}}' does not end the tag (as in Jinja2).
   EXPECT_ERROR(parse("{{ (a }}"), {"ORIGIN: 1:1: unclosed tag: '{{'"});
   EXPECT_ERROR(parse("{{ f(*xs) }}"), {"1:6: '*args'"});
