@@ -2,12 +2,14 @@
 """Runs one example training file with cac-run to its end and checks its metrics.
 
 usage: run-example.py CAC_RUN FILE.cac OUT --rl-steps N [--needs PATH]...
+                      [--prompt-prefix TEXT]
 
 OUT is emptied first and removed after a passing run (checkpoints of a
 real-vocabulary model are gigabytes). The run passes when cac-run exits 0 and
 OUT/metrics.jsonl holds exactly N RL rows, steps 1..N, whose reward_mean and
 loss are finite numbers (a NaN is written as null), and every eval row's
-eval_acc is a number in [0, 1]. Exit 77 (ctest's SKIP_RETURN_CODE) when a
+eval_acc is a number in [0, 1], and with --prompt-prefix every prompt of
+OUT/samples.jsonl starts with TEXT (a chat template's frame). Exit 77 (ctest's SKIP_RETURN_CODE) when a
 --needs path is missing.
 """
 import argparse
@@ -57,6 +59,18 @@ def check_metrics(path, rl_steps):
             fail(f"{path}: eval row with eval_acc {acc!r}: {json.dumps(row)}")
 
 
+def check_prompts(path, prefix):
+    with open(path) as f:
+        prompts = [json.loads(line)["prompt"] for line in f]
+    if not prompts:
+        fail(f"{path}: no samples")
+    for prompt in prompts:
+        if not prompt.startswith(prefix):
+            fail(f"{path}: the prompt {prompt!r} does not start with "
+                 f"{prefix!r}")
+    print(f"{len(prompts)} prompts start with {prefix!r}")
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("cac_run")
@@ -64,6 +78,7 @@ def main():
     parser.add_argument("out")
     parser.add_argument("--rl-steps", type=int, required=True)
     parser.add_argument("--needs", action="append", default=[])
+    parser.add_argument("--prompt-prefix")
     args = parser.parse_args()
     for path in args.needs:
         if not os.path.exists(path):
@@ -76,6 +91,9 @@ def main():
     if rc != 0:
         fail(f"cac-run {args.file} exited with {rc}")
     check_metrics(os.path.join(args.out, "metrics.jsonl"), args.rl_steps)
+    if args.prompt_prefix is not None:
+        check_prompts(os.path.join(args.out, "samples.jsonl"),
+                      args.prompt_prefix)
     shutil.rmtree(args.out)
     print("PASS")
 

@@ -41,6 +41,9 @@ bool TaskSource::load(const TrainConfig &config, DiagnosticEngine &diag) {
                        std::min<size_t>(dataEval.size(), cfg->eval.size));
   }
 
+  if (cfg->chat.enabled && !loadChat(diag))
+    return false;
+
   if (cfg->reward.kind == RewardSpec::Kind::Command) {
     try {
       rewardCommand = std::make_unique<RewardCommand>(
@@ -49,6 +52,35 @@ bool TaskSource::load(const TrainConfig &config, DiagnosticEngine &diag) {
       diag.error(cfg->reward.loc, e.what());
       return false;
     }
+  }
+  return true;
+}
+
+/// Reads the template and renders the prompts known now (the datasets', or
+/// the evaluation set), so that a template that fails on them is reported
+/// at the `chat` field before the run starts.
+bool TaskSource::loadChat(DiagnosticEngine &diag) {
+  const ChatSpec &c = cfg->chat;
+  try {
+    chat.emplace(loadChatTemplate(
+        c.folder.empty() ? cfg->model.tokenizerFolder() : c.folder));
+    chatVariables = nlohmann::ordered_json::object();
+    for (const auto &[name, json] : c.variables)
+      chatVariables[name] = nlohmann::ordered_json::parse(json);
+  } catch (const std::exception &e) {
+    diag.error(c.loc, e.what());
+    return false;
+  }
+  const Problem *current = nullptr;
+  try {
+    for (const std::vector<Problem> *set : {&dataTrain, &dataEval, &evalSet})
+      for (const Problem &p : *set) {
+        current = &p;
+        promptText(p);
+      }
+  } catch (const std::exception &e) {
+    diag.error(c.loc, current->id + ": " + e.what());
+    return false;
   }
   return true;
 }
@@ -85,6 +117,9 @@ void TaskSource::checkDataset() const {
 }
 
 std::string TaskSource::promptText(const Problem &p) const {
+  if (chat)
+    return chat->render(promptMessages(cfg->chat.system, p.prompt), true,
+                        chatVariables);
   if (arith || twoOp || jsonlTask)
     return p.prompt;
   return "Question: " + p.prompt + "\nAnswer:";
@@ -94,7 +129,9 @@ std::string TaskSource::targetText(const Problem &p) const {
   if (arith || twoOp)
     return cfg->task.lines ? ArithmeticTask::breakLines(p.solution)
                            : p.solution;
-  if (jsonlTask)
+  // The chat template ends the prompt with the assistant's header, so the
+  // answer follows without the space that follows GSM8K's "Answer:".
+  if (jsonlTask || chat)
     return p.solution;
   return " " + p.solution;
 }
@@ -111,7 +148,9 @@ double TaskSource::reward(const Problem &p,
 }
 
 std::vector<int64_t> TaskSource::encodePrompt(const Problem &p) const {
-  std::vector<int64_t> ids = tokenizer->encode(promptText(p), true);
+  // A chat template writes its own special tokens (BOS included), as
+  // Hugging Face's apply_chat_template(tokenize=True) encodes without them.
+  std::vector<int64_t> ids = tokenizer->encode(promptText(p), !chat);
   if (ids.empty() && tokenizer->bosId())
     ids.push_back(*tokenizer->bosId());
   return ids;

@@ -87,6 +87,7 @@ std::vector<std::pair<std::string, Handler>> fieldTable(Checker &c,
       {"model",
        [&](const Value &v) { return parseModel(c, v, cfg.model, "'model'"); }},
       {"task", [&](const Value &v) { return parseTask(c, v, cfg.task); }},
+      {"chat", [&](const Value &v) { return parseChat(c, v, cfg.chat); }},
       {"estimator",
        [&](const Value &v) { return parseEstimator(c, v, cfg.estimator); }},
       {"critic", [&](const Value &v) { return parseCritic(c, v, cfg.critic); }},
@@ -160,6 +161,11 @@ void checkAcrossFields(const TrainConfig &cfg, DiagnosticEngine &diag) {
                "minibatches (" + std::to_string(cfg.minibatches) +
                    ") exceeds the sequences per step (prompts * n = " +
                    std::to_string(batch) + ")");
+  if (cfg.chat.enabled && cfg.chat.folder.empty() && cfg.model.charTokenizer())
+    diag.error(cfg.chat.loc,
+               "the chat template comes from the model's tokenizer folder, "
+               "but this model uses the built-in character tokenizer: give "
+               "the folder, template(\"FOLDER\")");
   if (cfg.critic.kind == CriticSpec::Kind::ValueModel &&
       cfg.critic.model.charTokenizer() && !cfg.model.charTokenizer())
     diag.error(cfg.critic.loc,

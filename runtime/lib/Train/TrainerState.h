@@ -11,6 +11,7 @@
 #define CAC_LIB_TRAIN_TRAINERSTATE_H
 
 #include "cac/Runtime/Kernels/Bundle.h"
+#include "cac/Runtime/Model/ChatTemplate.h"
 #include "cac/Runtime/Model/Generation.h"
 #include "cac/Runtime/Tasks/Tasks.h"
 #include "cac/Runtime/Model/Tokenizer.h"
@@ -55,6 +56,10 @@ struct TaskSource {
   bool jsonlTask = false;
   std::vector<Problem> evalSet;
   int64_t eosId = -1, padId = 0;
+  /// `chat = template(..)`: the template prompts go through, and the
+  /// variables it gets.
+  std::optional<ChatTemplate> chat;
+  nlohmann::ordered_json chatVariables;
 
   /// Loads the tokenizer, the problems and the reward command of \p config;
   /// false after a diagnostic at a field of the file.
@@ -69,6 +74,7 @@ struct TaskSource {
 
 private:
   void checkDataset() const;
+  bool loadChat(DiagnosticEngine &diag);
 };
 
 /// The estimator bundle and the compiled objective, and what they read and

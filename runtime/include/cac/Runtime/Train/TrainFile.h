@@ -101,6 +101,24 @@ struct TaskSpec {
   SourceLoc loc;
 };
 
+/// `chat = template(..)`: prompts through a chat template (docs/training.md,
+/// "Chat prompts"). The task's prompt becomes the user message, after a
+/// system message when one is given, rendered with add_generation_prompt
+/// and tokenized without the tokenizer's own special tokens.
+struct ChatSpec {
+  bool enabled = false;
+  /// The folder whose tokenizer_config.json holds the template (resolved
+  /// against the training file's folder); empty: the model's tokenizer
+  /// folder.
+  std::filesystem::path folder;
+  /// The system message; empty: none.
+  std::string system;
+  /// Further variables of the template (`enable_thinking = false`): each
+  /// name and its value as JSON text.
+  std::vector<std::pair<std::string, std::string>> variables;
+  SourceLoc loc;
+};
+
 /// One estimator parameter given in the training file.
 struct EstimatorParam {
   std::string name;
@@ -282,6 +300,7 @@ struct TrainConfig {
   std::filesystem::path file;
   ModelSpec model;
   TaskSpec task;
+  ChatSpec chat;
   RewardSpec reward;
   EstimatorSpec estimator;
   CriticSpec critic;
