@@ -285,6 +285,8 @@ bool parseOptimizer(Checker &c, const Value &v, OptimizerSpec &o);
 bool parseSchedule(Checker &c, const Value &v, ScheduleSpec &s);
 bool parseSft(Checker &c, const Value &v, SftSpec &s);
 bool parseEval(Checker &c, const Value &v, EvalSpec &e);
+/// `tools = calculator(..)` (TrainFileTools.cpp).
+bool parseTools(Checker &c, const Value &v, ToolSpec &t);
 
 } // namespace cac::rt::train::schema
 
