@@ -77,6 +77,22 @@ at::Tensor packActions(const std::vector<Rollout> &rows,
   return at::tensor(all, at::kFloat).to(device);
 }
 
+at::Tensor turnStarts(const std::vector<Rollout> &rows, at::Device device) {
+  std::vector<float> all;
+  for (const Rollout &r : rows) {
+    bool start = true;
+    for (size_t t = 0; t < r.response.size(); ++t) {
+      if (r.isObs(t)) {
+        start = true;
+        continue;
+      }
+      all.push_back(start ? 1.0f : 0.0f);
+      start = false;
+    }
+  }
+  return at::tensor(all, at::kFloat).to(device);
+}
+
 std::vector<float> hostFloats(const at::Tensor &t) {
   at::Tensor c = t.to(at::kCPU, at::kFloat).contiguous();
   return std::vector<float>(c.data_ptr<float>(),

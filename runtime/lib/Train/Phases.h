@@ -52,6 +52,10 @@ at::Tensor gatherResponse(const at::Tensor &perPos, const Padded &p);
 /// entropy) packed as padRollouts packs tokens: actions only.
 at::Tensor packActions(const std::vector<Rollout> &rows,
                        std::vector<float> Rollout::*field, at::Device device);
+/// Per packed action token of \p rows, 1 on the first action of a turn (a
+/// rollout's first action and every action right after an observation),
+/// else 0: the `turn_start` input (docs/language.md, "Observation tokens").
+at::Tensor turnStarts(const std::vector<Rollout> &rows, at::Device device);
 /// A host copy of \p t as floats.
 std::vector<float> hostFloats(const at::Tensor &t);
 

@@ -23,6 +23,7 @@ const std::vector<TrainerInput> &trainerInputs() {
       {"value", Domain::Seq, true, true},
       {"mc_value", Domain::Seg, true, false},
       {"newline", Domain::Token, true, false},
+      {"turn_start", Domain::Token, true, true},
       {"adv", Domain::Token, false, true},
       {"weight", Domain::Token, false, true},
   };
@@ -125,6 +126,8 @@ at::Tensor makeInput(const InputSource &src, const std::string &name,
     return tokenRewards(src);
   if (name == "newline")
     return newlineFlags(src);
+  if (name == "turn_start")
+    return turnStarts(src.rolls, s.device());
   if (name == "adv")
     return src.adv;
   if (name == "weight")

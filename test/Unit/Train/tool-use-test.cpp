@@ -340,6 +340,17 @@ TEST(ToolPacking, PackedArraysHoldTheActionsOnly) {
             (std::vector<float>{1, 2, 3, 4}));
 }
 
+TEST(ToolPacking, TurnStartsMarkTheFirstActionAfterEachObservation) {
+  Rollout a = multiTurnRow(); // 2 actions, 2 observations, 2 actions
+  Rollout b;                  // no observations: one turn
+  b.response = {4, 5, 6};
+  Rollout c; // a reply that fills the row: no action after it
+  c.response = {4, 10, 11};
+  c.obs = {0, 1, 1};
+  EXPECT_EQ(hostFloats(turnStarts({a, b, c}, at::kCPU)),
+            (std::vector<float>{1, 0, 1, 0, 1, 0, 0, 1}));
+}
+
 TEST(ToolPacking, GaeOnAMultiTurnRowIgnoresItsObservations) {
   fs::path dir = fs::path(CAC_TEST_TRAIN_BUNDLES) / "gae";
   if (std::string(CAC_TEST_TRAIN_BUNDLES).empty() ||
