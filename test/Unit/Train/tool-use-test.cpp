@@ -1,20 +1,20 @@
 //===- tool-use-test.cpp - Multi-turn rollouts with the calculator --------===//
 //
-// The calculator's expressions and errors; the tool hook on a character
-// tokenizer (a call, a malformed call, a call past the turn limit, a stray
-// closing tag after an observation); the decoder appending a reply as
-// observation tokens (flags, zero logprobs, the KV-cached continuation equal
-// to a full forward, a reply cut at max_new_tokens, a failing tool named by
-// its call); the packing that hands the estimator the actions only (GAE on
-// a multi-turn row equals GAE on the row without its observations); and
-// short GRPO and GAE runs on a task that calls the calculator.
+// The tool hook on a character tokenizer (a call, a malformed call, a call
+// past the turn limit, a stray closing tag after an observation); the
+// decoder appending a reply as observation tokens (flags, zero logprobs, the
+// KV-cached continuation equal to a full forward, a reply cut at
+// max_new_tokens, a failing tool named by its call); the packing that hands
+// the estimator the actions only (GAE on a multi-turn row equals GAE on the
+// row without its observations; turn_start); the `tools` field; and short
+// GRPO and GAE runs on a task that calls the calculator. The calculator's
+// expressions: test/Unit/Tasks/calculator-test.cpp.
 //
 //===----------------------------------------------------------------------===//
 
 #include "Phases.h"
 
 #include "cac/Runtime/Kernels/Bundle.h"
-#include "cac/Runtime/Tasks/Calculator.h"
 #include "cac/Runtime/Train/ToolUse.h"
 #include "cac/Runtime/Train/Trainer.h"
 
@@ -30,70 +30,6 @@ using nlohmann::json;
 namespace fs = std::filesystem;
 
 namespace {
-
-//===--- The calculator ---------------------------------------------------===//
-
-TEST(Calculator, EvaluatesIntegerExpressions) {
-  EXPECT_EQ(evaluateCalculator("12*7").value, 84);
-  EXPECT_EQ(evaluateCalculator(" 1 + 2 * 3 ").value, 7);
-  EXPECT_EQ(evaluateCalculator("(2+3)*-4").value, -20);
-  EXPECT_EQ(evaluateCalculator("7/2").value, 3);
-  EXPECT_EQ(evaluateCalculator("-7/2").value, -3);
-  EXPECT_EQ(evaluateCalculator("10-2-3").value, 5);
-  EXPECT_EQ(evaluateCalculator("347*29").value, 10063);
-  EXPECT_TRUE(evaluateCalculator("12*7").error.empty());
-}
-
-TEST(Calculator, ErrorsAreResultsNotExceptions) {
-  std::string deep(100, '(');
-  deep += "1" + std::string(100, ')');
-  struct Case {
-    std::string expr, error;
-  };
-  for (const Case &c : std::vector<Case>{
-           {"1/0", "division by zero"},
-           {"12*", "unexpected end"},
-           {"(1+2", "expected ')'"},
-           {"", "unexpected end"},
-           {"a+1", "expected a number"},
-           {"1 2", "unexpected '2'"},
-           {"9223372036854775807+1", "outside the 64-bit integers"},
-           {"99999999999999999999", "outside the 64-bit integers"},
-           {deep, "nested deeper than 64"},
-           {std::string(300, '1'), "at most 256"}}) {
-    CalculatorResult r = evaluateCalculator(c.expr);
-    EXPECT_FALSE(r.value) << c.expr;
-    EXPECT_NE(r.error.find(c.error), std::string::npos)
-        << c.expr << ": " << r.error;
-    EXPECT_EQ(calculatorObservation(r, ToolSyntax{}), "<r>error</r>");
-  }
-  EXPECT_EQ(calculatorObservation(evaluateCalculator("6*7"), ToolSyntax{}),
-            "<r>42</r>");
-}
-
-TEST(Calculator, FindsTheCallTheLastTokenCloses) {
-  ToolSyntax s;
-  std::string text = "x<calc>1+2</calc>";
-  std::optional<ClosedCall> c = findClosedCall(text, text.size() - 1, s);
-  ASSERT_TRUE(c);
-  EXPECT_TRUE(c->opened);
-  EXPECT_EQ(c->expression, "1+2");
-  // Closed before the last token: not a new call.
-  EXPECT_FALSE(findClosedCall(text + "y", text.size(), s));
-  // A closing tag that ends inside the last token (BPE: `</calc>` and the
-  // next text merged into one token).
-  std::string merged = "<calc>3*4</calc>ab";
-  c = findClosedCall(merged, merged.find("</calc>") + 3, s);
-  ASSERT_TRUE(c);
-  EXPECT_EQ(c->expression, "3*4");
-  // The expression after the last opening tag; none: malformed.
-  c = findClosedCall("<calc>1<calc>2+2</calc>", 20, s);
-  ASSERT_TRUE(c);
-  EXPECT_EQ(c->expression, "2+2");
-  c = findClosedCall("1+2</calc>", 5, s);
-  ASSERT_TRUE(c);
-  EXPECT_FALSE(c->opened);
-}
 
 //===--- The tool hook ----------------------------------------------------===//
 
