@@ -3,6 +3,8 @@
 #include "TrainerState.h"
 
 #include "cac/Runtime/Model/ModelIO.h"
+#include "cac/Runtime/Tasks/Calculator.h"
+#include "cac/Runtime/Train/ToolUse.h"
 
 #include <algorithm>
 
@@ -44,6 +46,13 @@ bool TaskSource::load(const TrainConfig &config, DiagnosticEngine &diag) {
   if (cfg->chat.enabled && !loadChat(diag))
     return false;
 
+  if (cfg->tools.enabled()) {
+    std::string why = checkToolTokens(*tokenizer, cfg->tools);
+    if (!why.empty()) {
+      diag.error(cfg->tools.loc, why);
+      return false;
+    }
+  }
   if (cfg->reward.kind == RewardSpec::Kind::Command) {
     try {
       rewardCommand = std::make_unique<RewardCommand>(
@@ -136,6 +145,23 @@ std::string TaskSource::targetText(const Problem &p) const {
   return " " + p.solution;
 }
 
+std::vector<int64_t> TaskSource::targetTokens(const Problem &p,
+                                              std::vector<uint8_t> &obs) const {
+  obs.clear();
+  if (!cfg->tools.enabled() || !(arith || twoOp))
+    return tokenizer->encode(targetText(p), false);
+  const ToolSyntax &syntax = cfg->tools.syntax;
+  std::string_view expr = promptExpression(p.prompt);
+  std::vector<int64_t> ids =
+      tokenizer->encode(syntax.open + std::string(expr) + syntax.close, false);
+  std::vector<int64_t> reply = tokenizer->encode(
+      calculatorObservation(evaluateCalculator(expr), syntax), false);
+  obs.assign(ids.size(), 0);
+  obs.resize(ids.size() + reply.size(), 1);
+  ids.insert(ids.end(), reply.begin(), reply.end());
+  return ids;
+}
+
 double TaskSource::reward(const Problem &p,
                           const std::string &completion) const {
   if (rewardCommand)
@@ -166,6 +192,8 @@ SamplingOptions TaskSource::samplingOptions(bool greedy) const {
   if (eosId >= 0)
     o.stopTokens = {eosId};
   o.padId = padId;
+  if (cfg->tools.enabled())
+    o.tool = calculatorTool(*tokenizer, cfg->tools);
   return o;
 }
 

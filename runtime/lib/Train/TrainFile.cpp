@@ -113,6 +113,7 @@ std::vector<std::pair<std::string, Handler>> fieldTable(Checker &c,
          return true;
        }},
       {"reward", [&](const Value &v) { return parseReward(c, v, cfg.reward); }},
+      {"tools", [&](const Value &v) { return parseTools(c, v, cfg.tools); }},
       {"kl", [&](const Value &v) { return parseKl(c, v, cfg.kl); }},
       {"epochs", intField(cfg.epochs, "epochs", 1, 1 << 20)},
       {"minibatches", intField(cfg.minibatches, "minibatches", 1, 1 << 20)},
@@ -166,6 +167,11 @@ void checkAcrossFields(const TrainConfig &cfg, DiagnosticEngine &diag) {
                "the chat template comes from the model's tokenizer folder, "
                "but this model uses the built-in character tokenizer: give "
                "the folder, template(\"FOLDER\")");
+  if (cfg.tools.enabled() && cfg.rollout.kind != RolloutSpec::Kind::Group)
+    diag.error(cfg.tools.loc,
+               std::string("tools need the group rollout plan (rollout = "
+                           "group(..)); this file's plan is ") +
+                   cfg.rollout.kindName());
   if (cfg.critic.kind == CriticSpec::Kind::ValueModel &&
       cfg.critic.model.charTokenizer() && !cfg.model.charTokenizer())
     diag.error(cfg.critic.loc,

@@ -68,6 +68,12 @@ struct TaskSource {
   Problem trainProblem(uint64_t index) const;
   std::string promptText(const Problem &p) const;
   std::string targetText(const Problem &p) const;
+  /// The SFT target's tokens and, per token, 1 for an observation token (not
+  /// trained): with the calculator on, an arithmetic task's solution is
+  /// the call of its prompt's expression and the calculator's reply
+  /// (`<calc>347*29</calc><r>10063</r>`); else targetText's tokens.
+  std::vector<int64_t> targetTokens(const Problem &p,
+                                    std::vector<uint8_t> &obs) const;
   double reward(const Problem &p, const std::string &completion) const;
   std::vector<int64_t> encodePrompt(const Problem &p) const;
   SamplingOptions samplingOptions(bool greedy) const;

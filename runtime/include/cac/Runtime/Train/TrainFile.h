@@ -25,6 +25,7 @@
 #ifndef CAC_RUNTIME_TRAIN_TRAINFILE_H
 #define CAC_RUNTIME_TRAIN_TRAINFILE_H
 
+#include "cac/Runtime/Tasks/Calculator.h"
 #include "cac/Runtime/Tasks/Tasks.h"
 #include "cac/Runtime/Train/Diagnostics.h"
 #include "cac/Runtime/Train/TrainFileSyntax.h"
@@ -214,6 +215,19 @@ struct RewardSpec {
   SourceLoc loc;
 };
 
+/// `tools = calculator(max_turns = 3, open = "<calc>", close = "</calc>",
+/// result_open = "<r>", result_close = "</r>")`: rollouts may call the
+/// calculator; its replies are observation tokens (docs/training.md, "Tool
+/// use").
+struct ToolSpec {
+  /// Calls answered per rollout (0: no tool).
+  int64_t maxTurns = 0;
+  ToolSyntax syntax;
+  SourceLoc loc;
+
+  bool enabled() const { return maxTurns > 0; }
+};
+
 /// The clipped surrogate (estimators.md §0.2).
 struct ObjectiveSpec {
   double epsLow = 0.2, epsHigh = 0.2;
@@ -302,6 +316,8 @@ struct TrainConfig {
   TaskSpec task;
   ChatSpec chat;
   RewardSpec reward;
+  /// The tool of multi-turn rollouts (none unless `tools` is set).
+  ToolSpec tools;
   EstimatorSpec estimator;
   CriticSpec critic;
   RolloutSpec rollout;
