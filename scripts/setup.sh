@@ -12,7 +12,7 @@ PKGS=(
   libfmt-dev nlohmann-json3-dev libgtest-dev
   libtorch-dev libgloo-dev libopenblas0-pthread libpng-dev
   clang-19 libclang-rt-19-dev
-  python3-torch python3-numpy python3-pytest pybind11-dev
+  python3-torch python3-numpy python3-pytest python3-jinja2 pybind11-dev
   nodejs
 )
 missing=()

@@ -7,8 +7,8 @@
 #   test/fuzz/run.sh --ci [TARGET...]        each TARGET for its CI budget
 #   test/fuzz/run.sh 0 [TARGET...]           build only
 #
-# TARGET: frontend batch trainfile jsonl config safetensors checkpoint
-# runargs (all of them when none is named; the last three need LibTorch). The
+# TARGET: frontend batch trainfile jsonl config chattemplate safetensors
+# checkpoint runargs (all of them when none is named; the last three need LibTorch). The
 # CI budget of a reader is a number of inputs (-runs=N, a condition, so a
 # busy machine is slower but runs the same test); the front end's is
 # CAC_FUZZ_SECONDS (150) of wall time.
@@ -24,7 +24,7 @@ BUILD=${CAC_FUZZ_BUILD_DIR:-build-fuzz}
 JOBS=${CAC_FUZZ_JOBS:-2}
 CLANG=${CAC_FUZZ_CC:-clang-19}
 CLANGXX=${CAC_FUZZ_CXX:-clang++-19}
-ALL=(frontend batch trainfile jsonl config safetensors checkpoint runargs)
+ALL=(frontend batch trainfile jsonl config chattemplate safetensors checkpoint runargs)
 
 DURATION=120
 CI=0
@@ -51,6 +51,7 @@ ci_runs() {
     trainfile) echo 4000;;
     jsonl) echo 2000;;
     config) echo 4000;;
+    chattemplate) echo 4000;;
     safetensors) echo 4000;;
     checkpoint) echo 300;;
     runargs) echo 20000;;
@@ -133,6 +134,7 @@ for t in "${TARGETS[@]}"; do
     frontend) suffix=""; opts=(-dict=test/fuzz/cac.dict -max_len=4096 -timeout=60 -rss_limit_mb=4096);;
     batch) suffix=-$t; opts+=(-dict=test/fuzz/batch.dict);;
     trainfile) suffix=-$t; opts+=(-dict=test/fuzz/train.dict);;
+    chattemplate) suffix=-$t; opts+=(-dict=test/fuzz/chattemplate.dict);;
     checkpoint) suffix=-$t; opts=(-max_len=65536 -timeout=30 -rss_limit_mb=2048 -dict=test/fuzz/checkpoint.dict);;
     # cac-run's messages and usage would fill the log: stdout and stderr
     # are closed (libFuzzer's and the sanitizers' reports still show).

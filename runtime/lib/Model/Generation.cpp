@@ -315,9 +315,10 @@ at::Tensor Decoder::logitsFor(const std::vector<int64_t> &rows) {
       .to(at::kFloat);
 }
 
-std::string Decoder::decodeText(const std::vector<int64_t> &ids) const {
+std::string decodeKnown(const Tokenizer &tokenizer,
+                        const std::vector<int64_t> &ids) {
   try {
-    return tokenizer_->decode(ids, /*skipSpecialTokens=*/true);
+    return tokenizer.decode(ids, /*skipSpecialTokens=*/true);
   } catch (const std::exception &) {
     // Some id is unknown to the tokenizer; drop those ids (decoding is a
     // concatenation per token for both tokenizers, so the rest is exact).
@@ -325,12 +326,16 @@ std::string Decoder::decodeText(const std::vector<int64_t> &ids) const {
   std::vector<int64_t> known;
   for (int64_t id : ids) {
     try {
-      tokenizer_->decode({id}, /*skipSpecialTokens=*/true);
+      tokenizer.decode({id}, /*skipSpecialTokens=*/true);
       known.push_back(id);
     } catch (const std::exception &) {
     }
   }
-  return tokenizer_->decode(known, /*skipSpecialTokens=*/true);
+  return tokenizer.decode(known, /*skipSpecialTokens=*/true);
+}
+
+std::string Decoder::decodeText(const std::vector<int64_t> &ids) const {
+  return decodeKnown(*tokenizer_, ids);
 }
 
 void Decoder::finishChecks(int64_t row) {
@@ -445,24 +450,30 @@ int64_t Decoder::stepWith(const Sampler &sample) {
   auto tok = sampled.tokens.accessor<int64_t, 1>();
   auto lp = sampled.logprobs.accessor<float, 1>();
   auto ent = sampled.entropies.accessor<float, 1>();
-  std::vector<int64_t> still;
+  std::vector<int64_t> still, fed;
   for (size_t i = 0; i < active.size(); ++i) {
     GeneratedSequence &s = rows_[active[i]];
     s.tokens.push_back(tok[i]);
     s.logprobs.push_back(lp[i]);
     s.entropies.push_back(ent[i]);
+    if (!s.observation.empty())
+      s.observation.push_back(0);
     finishChecks(active[i]);
+    // The sampled token, then any observation the tool appended after it.
+    int64_t count = 1;
+    if (!s.finished() && options_.tool)
+      count += answerTool(active[i]);
     if (s.finished()) {
       if (!options_.retainFinished)
         cacheRow_[active[i]] = -1;
     } else {
       still.push_back(active[i]);
+      fed.push_back(count);
     }
   }
   if (still.empty() || !cached_)
     return static_cast<int64_t>(still.size());
 
-  auto dev = model_->device();
   // Drop finished rows from the cache once they are half of it (unless they
   // are retained for forkAt()).
   if (!options_.retainFinished &&
@@ -478,18 +489,89 @@ int64_t Decoder::stepWith(const Sampler &sample) {
     }
     cache_ = cache_.select(keep, remaining);
   }
-  int64_t Bc = cache_.batchSize();
-  std::vector<int64_t> ids(Bc, options_.padId);
-  std::vector<uint8_t> mask(Bc, 0);
-  for (int64_t r : still) {
-    ids[cacheRow_[r]] = rows_[r].tokens.back();
-    mask[cacheRow_[r]] = 1;
-  }
-  at::Tensor idsT = at::tensor(ids, at::kLong).view({Bc, 1}).to(dev);
-  at::Tensor maskT = at::tensor(mask, at::kByte).view({Bc, 1}).to(dev, at::kBool);
-  at::Tensor h = model_->forwardHidden(idsT, maskT, &cache_);
-  nextLogits_ = model_->lmHead(h.select(1, 0)).to(at::kFloat);
+  feedTokens(still, fed);
   return static_cast<int64_t>(still.size());
+}
+
+void Decoder::feedTokens(const std::vector<int64_t> &rows,
+                         const std::vector<int64_t> &counts) {
+  auto dev = model_->device();
+  int64_t Bc = cache_.batchSize(), T = 1;
+  for (int64_t c : counts)
+    T = std::max(T, c);
+  // Right-padded blocks: a row without an observation feeds its one
+  // sampled token (T = 1 unless some row has a tool reply).
+  std::vector<int64_t> ids(Bc * T, options_.padId), last(Bc, 0);
+  std::vector<uint8_t> mask(Bc * T, 0);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const std::vector<int64_t> &toks = rows_[rows[i]].tokens;
+    int64_t b = cacheRow_[rows[i]], n = counts[i];
+    std::copy(toks.end() - n, toks.end(), ids.begin() + b * T);
+    std::fill_n(mask.begin() + b * T, n, 1);
+    last[b] = n - 1;
+  }
+  at::Tensor idsT = at::tensor(ids, at::kLong).view({Bc, T}).to(dev);
+  at::Tensor maskT =
+      at::tensor(mask, at::kByte).view({Bc, T}).to(dev, at::kBool);
+  at::Tensor h = model_->forwardHidden(idsT, maskT, &cache_);
+  at::Tensor hLast = h.select(1, 0);
+  if (T > 1)
+    hLast = h.index({at::arange(Bc, at::TensorOptions(at::kLong).device(dev)),
+                     at::tensor(last, at::kLong).to(dev)});
+  nextLogits_ = model_->lmHead(hLast).to(at::kFloat);
+}
+
+int64_t Decoder::answerTool(int64_t row) {
+  GeneratedSequence &s = rows_[row];
+  auto where = [&] {
+    return "row " + std::to_string(row) + ", tool call " +
+           std::to_string(s.toolCalls + 1) + " (after " +
+           std::to_string(s.tokens.size()) + " generated tokens)";
+  };
+  std::optional<ToolReply> reply;
+  try {
+    reply = options_.tool(s);
+  } catch (const std::exception &e) {
+    throw std::runtime_error(where() + ": the tool failed: " + e.what());
+  }
+  if (!reply)
+    return 0;
+  const ModelConfig &cfg = model_->config();
+  for (int64_t id : reply->observation)
+    if (id < 0 || id >= cfg.vocabSize)
+      throw std::runtime_error(where() + ": the tool's reply holds token id " +
+                               std::to_string(id) +
+                               " outside the vocabulary of " +
+                               std::to_string(cfg.vocabSize));
+  ++s.toolCalls;
+  s.toolOk += reply->ok ? 1 : 0;
+  if (reply->observation.empty())
+    return 0;
+  ++s.toolTurns;
+  int64_t used = static_cast<int64_t>(s.tokens.size());
+  int64_t room = std::min(options_.maxNewTokens - used,
+                          cfg.maxPositionEmbeddings - used -
+                              static_cast<int64_t>(s.prompt.size()));
+  int64_t n = std::clamp<int64_t>(
+      static_cast<int64_t>(reply->observation.size()), 0, room);
+  s.observation.resize(s.tokens.size(), 0);
+  for (int64_t k = 0; k < n; ++k) {
+    s.tokens.push_back(reply->observation[static_cast<size_t>(k)]);
+    s.logprobs.push_back(0.0f);
+    s.entropies.push_back(0.0f);
+    s.observation.push_back(1);
+  }
+  if (n == room) // the reply filled the row (or was cut)
+    s.finish = FinishReason::Length;
+  if (tokenizer_ && (s.finished() || !options_.stopStrings.empty())) {
+    // A stop string in the reply does not end the row: the search goes on
+    // after it.
+    std::string text = decodeText(s.tokens);
+    textSearched_[row] = text.size();
+    if (s.finished())
+      s.text = std::move(text);
+  }
+  return n;
 }
 
 void Decoder::run(at::Generator &gen, int64_t maxSteps) {
@@ -561,6 +643,9 @@ Decoder Decoder::forkAt(const std::vector<int64_t> &rows,
     s.tokens.assign(src.tokens.begin(), src.tokens.begin() + n);
     s.logprobs.assign(src.logprobs.begin(), src.logprobs.begin() + n);
     s.entropies.assign(src.entropies.begin(), src.entropies.begin() + n);
+    if (!src.observation.empty())
+      s.observation.assign(src.observation.begin(),
+                           src.observation.begin() + n);
     if (n >= options_.maxNewTokens ||
         static_cast<int64_t>(s.prompt.size()) + n >= maxPos)
       s.finish = FinishReason::Length;

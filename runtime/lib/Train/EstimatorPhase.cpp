@@ -11,7 +11,7 @@ TensorMap runEstimator(TrainerState &s, const std::vector<Rollout> &rolls,
   const Manifest &m = s.est.bundle->manifest();
   std::vector<int64_t> lengths, groups;
   for (const Rollout &r : rolls) {
-    lengths.push_back(static_cast<int64_t>(r.response.size()));
+    lengths.push_back(r.actions());
     groups.push_back(r.group);
   }
   PackedBatch batch = PackedBatch::fromLengths(lengths);
@@ -167,8 +167,7 @@ Advantages estimate(TrainerState &s, StepBatch &batch, Scores sc,
   }
   a.offsets.assign(a.rolls.size() + 1, 0);
   for (size_t i = 0; i < a.rolls.size(); ++i)
-    a.offsets[i + 1] =
-        a.offsets[i] + static_cast<int64_t>(a.rolls[i].response.size());
+    a.offsets[i + 1] = a.offsets[i] + a.rolls[i].actions();
   s.syncForTiming();
   a.table = sampleTable(s, a);
   if (s.cfg.rollout.kind == RolloutSpec::Kind::Tree)

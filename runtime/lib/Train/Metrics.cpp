@@ -44,6 +44,8 @@ const std::vector<std::string> &metricColumns() {
                                                 "grad_norm",
                                                 "lr",
                                                 "response_len",
+                                                "turns",
+                                                "tool_accuracy",
                                                 "tokens_per_s",
                                                 "tokens_computed",
                                                 "tokens_flattened",

@@ -42,6 +42,11 @@ Padded padRollouts(const std::vector<const Rollout *> &rows, int64_t padId,
     for (int64_t t = 0; t < T; ++t) {
       ids[i * L + P + t] = r.response[t], mask[i * L + P + t] = 1;
       pos[i * Tmax + t] = P + t - 1;
+      // The packed arrays hold the actions only: an observation token is
+      // context for the model but no token of the estimator or the loss
+      // (docs/language.md, "Observation tokens").
+      if (r.isObs(static_cast<size_t>(t)))
+        continue;
       resp[i * Tmax + t] = 1;
       seq.push_back(i);
     }
@@ -58,6 +63,34 @@ Padded padRollouts(const std::vector<const Rollout *> &rows, int64_t padId,
 
 at::Tensor gatherResponse(const at::Tensor &perPos, const Padded &p) {
   return perPos.gather(1, p.pos).masked_select(p.resp);
+}
+
+at::Tensor packActions(const std::vector<Rollout> &rows,
+                       std::vector<float> Rollout::*field, at::Device device) {
+  std::vector<float> all;
+  for (const Rollout &r : rows) {
+    const std::vector<float> &v = r.*field;
+    for (size_t t = 0; t < v.size(); ++t)
+      if (!r.isObs(t))
+        all.push_back(v[t]);
+  }
+  return at::tensor(all, at::kFloat).to(device);
+}
+
+at::Tensor turnStarts(const std::vector<Rollout> &rows, at::Device device) {
+  std::vector<float> all;
+  for (const Rollout &r : rows) {
+    bool start = true;
+    for (size_t t = 0; t < r.response.size(); ++t) {
+      if (r.isObs(t)) {
+        start = true;
+        continue;
+      }
+      all.push_back(start ? 1.0f : 0.0f);
+      start = false;
+    }
+  }
+  return at::tensor(all, at::kFloat).to(device);
 }
 
 std::vector<float> hostFloats(const at::Tensor &t) {

@@ -33,7 +33,10 @@ namespace cac::rt::train {
 //===--- Packing ----------------------------------------------------------===//
 
 /// Right-padded [b, L] ids of prompt + response rows, and where each
-/// response token's logp / value sits in the model's [b, L-1] outputs.
+/// response action token's logp / value sits in the model's [b, L-1]
+/// outputs: the packed [N] arrays hold the actions only, so observation
+/// tokens reach no estimator or loss (this is where they are compacted
+/// away).
 struct Padded {
   at::Tensor ids, mask; // [b, L] int64, bool
   at::Tensor pos, resp; // [b, Tmax] int64 indices into [b, L-1], bool
@@ -45,6 +48,14 @@ Padded padRollouts(const std::vector<const Rollout *> &rows, int64_t padId,
                    at::Device device);
 /// [b, L-1] (or [b, L]) per-position values -> packed [N] response values.
 at::Tensor gatherResponse(const at::Tensor &perPos, const Padded &p);
+/// The per-response-token floats of \p rows (\p field of each: logp,
+/// entropy) packed as padRollouts packs tokens: actions only.
+at::Tensor packActions(const std::vector<Rollout> &rows,
+                       std::vector<float> Rollout::*field, at::Device device);
+/// Per packed action token of \p rows, 1 on the first action of a turn (a
+/// rollout's first action and every action right after an observation),
+/// else 0: the `turn_start` input (docs/language.md, "Observation tokens").
+at::Tensor turnStarts(const std::vector<Rollout> &rows, at::Device device);
 /// A host copy of \p t as floats.
 std::vector<float> hostFloats(const at::Tensor &t);
 
@@ -101,7 +112,10 @@ int64_t resume(TrainerState &s);
 
 /// Sums over the step's rollouts (this rank's, then the world's).
 struct RolloutTotals {
+  /// `tokens` counts actions (observation tokens are not the policy's).
   double reward = 0, correct = 0, entropy = 0, tokens = 0, paths = 0;
+  /// Tool calls closed, answered and evaluated (`tools = ..` only).
+  double toolCalls = 0, toolTurns = 0, toolOk = 0;
 };
 
 /// The rollouts of one step on this rank: the prompts [p0, p0 + P) of the

@@ -109,8 +109,11 @@ StepBatch sampleStep(TrainerState &s, int64_t rlIndex) {
     t.reward += r.reward;
     t.correct += r.correct ? 1 : 0;
     for (float e : r.entropy)
-      t.entropy += e;
-    tokens += static_cast<int64_t>(r.response.size());
+      t.entropy += e; // 0 on observation tokens
+    tokens += r.actions();
+    t.toolCalls += static_cast<double>(r.toolCalls);
+    t.toolTurns += static_cast<double>(r.toolTurns);
+    t.toolOk += static_cast<double>(r.toolOk);
   }
   t.tokens = static_cast<double>(tokens);
   t.paths = static_cast<double>(batch.plan.rolls.size());

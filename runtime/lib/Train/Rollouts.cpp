@@ -8,6 +8,13 @@
 
 namespace cac::rt::train {
 
+int64_t Rollout::actions() const {
+  int64_t n = static_cast<int64_t>(response.size());
+  for (uint8_t o : obs)
+    n -= o != 0 ? 1 : 0;
+  return n;
+}
+
 namespace {
 
 int64_t promptTokens(const std::vector<std::vector<int64_t>> &prompts) {
@@ -24,6 +31,10 @@ Rollout toRollout(const PlanContext &ctx, const GeneratedSequence &g,
   r.response = g.tokens;
   r.logp = g.logprobs;
   r.entropy = g.entropies;
+  r.obs = g.observation;
+  r.toolCalls = g.toolCalls;
+  r.toolTurns = g.toolTurns;
+  r.toolOk = g.toolOk;
   r.group = group;
   r.reward = ctx.reward(group, g.text);
   r.correct = r.reward >= 1.0;

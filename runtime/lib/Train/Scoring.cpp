@@ -6,33 +6,17 @@
 
 namespace cac::rt::train {
 
-namespace {
-
-at::Tensor packFloats(const std::vector<const std::vector<float> *> &rows,
-                      at::Device device) {
-  std::vector<float> all;
-  for (const auto *r : rows)
-    all.insert(all.end(), r->begin(), r->end());
-  return at::tensor(all, at::kFloat).to(device);
-}
-
-} // namespace
-
 Scores score(TrainerState &s, const std::vector<Rollout> &rolls) {
   Scores sc;
   ModelSet &m = s.models;
   std::vector<const Rollout *> ptrs;
-  std::vector<const std::vector<float> *> lp, en;
-  for (const Rollout &r : rolls) {
+  for (const Rollout &r : rolls)
     ptrs.push_back(&r);
-    lp.push_back(&r.logp);
-    en.push_back(&r.entropy);
-  }
   if (rolls.empty())
     return sc;
   sc.all = padRollouts(ptrs, s.task.padId, s.device());
-  sc.oldLogp = packFloats(lp, s.device());
-  sc.entropy = packFloats(en, s.device());
+  sc.oldLogp = packActions(rolls, &Rollout::logp, s.device());
+  sc.entropy = packActions(rolls, &Rollout::entropy, s.device());
   torch::NoGradGuard ng;
   if (s.cfg.critic.kind == CriticSpec::Kind::ValueHead)
     sc.oldValues = values(m.policy, sc.all);
@@ -45,7 +29,7 @@ Scores score(TrainerState &s, const std::vector<Rollout> &rolls) {
     int64_t pos = 0;
     for (const Rollout &r : rolls) {
       first.push_back(pos);
-      pos += static_cast<int64_t>(r.response.size());
+      pos += r.actions();
     }
     sc.oldValues =
         at::sigmoid(sc.oldValues.index_select(0, s.onDevice(first, at::kLong)));

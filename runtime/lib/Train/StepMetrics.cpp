@@ -11,10 +11,12 @@ namespace {
 /// Sums the rank's totals over the world (each rank holds its part of
 /// every sum), in one all-reduce.
 void sumOverWorld(const World &world, RolloutTotals &t, UpdateStats &u) {
-  std::vector<double> v{u.pgLoss,   u.valueLoss, u.kl,     u.loss,
-                        u.clipFrac, u.ratio,     t.reward, t.correct,
-                        t.entropy,  t.tokens,    t.paths};
+  std::vector<double> v{u.pgLoss,    u.valueLoss, u.kl,     u.loss,
+                        u.clipFrac,  u.ratio,     t.reward, t.correct,
+                        t.entropy,   t.tokens,    t.paths,  t.toolCalls,
+                        t.toolTurns, t.toolOk};
   world.sum(v);
+  t.toolCalls = v[11], t.toolTurns = v[12], t.toolOk = v[13];
   u.pgLoss = v[0], u.valueLoss = v[1], u.kl = v[2], u.loss = v[3];
   u.clipFrac = v[4], u.ratio = v[5];
   t.reward = v[6], t.correct = v[7], t.entropy = v[8];
@@ -42,6 +44,13 @@ RolloutTotals stepMetrics(TrainerState &s, nlohmann::json &row, RolloutTotals t,
   row["ratio_mean"] = u.ratio / n;
   row["grad_norm"] = u.gradNorm / n;
   row["response_len"] = t.tokens / t.paths;
+  if (cfg.tools.enabled()) {
+    // Turns: calls answered per rollout; accuracy: of the calls closed
+    // (those past the turn limit included), the ones that evaluated (0
+    // when no rollout called the tool).
+    row["turns"] = t.toolTurns / t.paths;
+    row["tool_accuracy"] = t.toolCalls > 0 ? t.toolOk / t.toolCalls : 0.0;
+  }
   if (cfg.kl.inReward && cfg.kl.target > 0) {
     // The adaptive controller, after the step that used the coefficient.
     double err = std::clamp(stepKl / cfg.kl.target - 1.0, -0.2, 0.2);

@@ -3,6 +3,8 @@
 #include "TrainerState.h"
 
 #include "cac/Runtime/Model/ModelIO.h"
+#include "cac/Runtime/Tasks/Calculator.h"
+#include "cac/Runtime/Train/ToolUse.h"
 
 #include <algorithm>
 
@@ -41,6 +43,16 @@ bool TaskSource::load(const TrainConfig &config, DiagnosticEngine &diag) {
                        std::min<size_t>(dataEval.size(), cfg->eval.size));
   }
 
+  if (cfg->chat.enabled && !loadChat(diag))
+    return false;
+
+  if (cfg->tools.enabled()) {
+    std::string why = checkToolTokens(*tokenizer, cfg->tools);
+    if (!why.empty()) {
+      diag.error(cfg->tools.loc, why);
+      return false;
+    }
+  }
   if (cfg->reward.kind == RewardSpec::Kind::Command) {
     try {
       rewardCommand = std::make_unique<RewardCommand>(
@@ -49,6 +61,35 @@ bool TaskSource::load(const TrainConfig &config, DiagnosticEngine &diag) {
       diag.error(cfg->reward.loc, e.what());
       return false;
     }
+  }
+  return true;
+}
+
+/// Reads the template and renders the prompts known now (the datasets', or
+/// the evaluation set), so that a template that fails on them is reported
+/// at the `chat` field before the run starts.
+bool TaskSource::loadChat(DiagnosticEngine &diag) {
+  const ChatSpec &c = cfg->chat;
+  try {
+    chat.emplace(loadChatTemplate(
+        c.folder.empty() ? cfg->model.tokenizerFolder() : c.folder));
+    chatVariables = nlohmann::ordered_json::object();
+    for (const auto &[name, json] : c.variables)
+      chatVariables[name] = nlohmann::ordered_json::parse(json);
+  } catch (const std::exception &e) {
+    diag.error(c.loc, e.what());
+    return false;
+  }
+  const Problem *current = nullptr;
+  try {
+    for (const std::vector<Problem> *set : {&dataTrain, &dataEval, &evalSet})
+      for (const Problem &p : *set) {
+        current = &p;
+        promptText(p);
+      }
+  } catch (const std::exception &e) {
+    diag.error(c.loc, current->id + ": " + e.what());
+    return false;
   }
   return true;
 }
@@ -85,6 +126,9 @@ void TaskSource::checkDataset() const {
 }
 
 std::string TaskSource::promptText(const Problem &p) const {
+  if (chat)
+    return chat->render(promptMessages(cfg->chat.system, p.prompt), true,
+                        chatVariables);
   if (arith || twoOp || jsonlTask)
     return p.prompt;
   return "Question: " + p.prompt + "\nAnswer:";
@@ -94,9 +138,28 @@ std::string TaskSource::targetText(const Problem &p) const {
   if (arith || twoOp)
     return cfg->task.lines ? ArithmeticTask::breakLines(p.solution)
                            : p.solution;
-  if (jsonlTask)
+  // The chat template ends the prompt with the assistant's header, so the
+  // answer follows without the space that follows GSM8K's "Answer:".
+  if (jsonlTask || chat)
     return p.solution;
   return " " + p.solution;
+}
+
+std::vector<int64_t> TaskSource::targetTokens(const Problem &p,
+                                              std::vector<uint8_t> &obs) const {
+  obs.clear();
+  if (!cfg->tools.enabled() || !(arith || twoOp))
+    return tokenizer->encode(targetText(p), false);
+  const ToolSyntax &syntax = cfg->tools.syntax;
+  std::string_view expr = promptExpression(p.prompt);
+  std::vector<int64_t> ids =
+      tokenizer->encode(syntax.open + std::string(expr) + syntax.close, false);
+  std::vector<int64_t> reply = tokenizer->encode(
+      calculatorObservation(evaluateCalculator(expr), syntax), false);
+  obs.assign(ids.size(), 0);
+  obs.resize(ids.size() + reply.size(), 1);
+  ids.insert(ids.end(), reply.begin(), reply.end());
+  return ids;
 }
 
 double TaskSource::reward(const Problem &p,
@@ -111,7 +174,9 @@ double TaskSource::reward(const Problem &p,
 }
 
 std::vector<int64_t> TaskSource::encodePrompt(const Problem &p) const {
-  std::vector<int64_t> ids = tokenizer->encode(promptText(p), true);
+  // A chat template writes its own special tokens (BOS included), as
+  // Hugging Face's apply_chat_template(tokenize=True) encodes without them.
+  std::vector<int64_t> ids = tokenizer->encode(promptText(p), !chat);
   if (ids.empty() && tokenizer->bosId())
     ids.push_back(*tokenizer->bosId());
   return ids;
@@ -127,6 +192,8 @@ SamplingOptions TaskSource::samplingOptions(bool greedy) const {
   if (eosId >= 0)
     o.stopTokens = {eosId};
   o.padId = padId;
+  if (cfg->tools.enabled())
+    o.tool = calculatorTool(*tokenizer, cfg->tools);
   return o;
 }
 

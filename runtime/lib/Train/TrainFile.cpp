@@ -87,6 +87,7 @@ std::vector<std::pair<std::string, Handler>> fieldTable(Checker &c,
       {"model",
        [&](const Value &v) { return parseModel(c, v, cfg.model, "'model'"); }},
       {"task", [&](const Value &v) { return parseTask(c, v, cfg.task); }},
+      {"chat", [&](const Value &v) { return parseChat(c, v, cfg.chat); }},
       {"estimator",
        [&](const Value &v) { return parseEstimator(c, v, cfg.estimator); }},
       {"critic", [&](const Value &v) { return parseCritic(c, v, cfg.critic); }},
@@ -112,6 +113,7 @@ std::vector<std::pair<std::string, Handler>> fieldTable(Checker &c,
          return true;
        }},
       {"reward", [&](const Value &v) { return parseReward(c, v, cfg.reward); }},
+      {"tools", [&](const Value &v) { return parseTools(c, v, cfg.tools); }},
       {"kl", [&](const Value &v) { return parseKl(c, v, cfg.kl); }},
       {"epochs", intField(cfg.epochs, "epochs", 1, 1 << 20)},
       {"minibatches", intField(cfg.minibatches, "minibatches", 1, 1 << 20)},
@@ -160,6 +162,16 @@ void checkAcrossFields(const TrainConfig &cfg, DiagnosticEngine &diag) {
                "minibatches (" + std::to_string(cfg.minibatches) +
                    ") exceeds the sequences per step (prompts * n = " +
                    std::to_string(batch) + ")");
+  if (cfg.chat.enabled && cfg.chat.folder.empty() && cfg.model.charTokenizer())
+    diag.error(cfg.chat.loc,
+               "the chat template comes from the model's tokenizer folder, "
+               "but this model uses the built-in character tokenizer: give "
+               "the folder, template(\"FOLDER\")");
+  if (cfg.tools.enabled() && cfg.rollout.kind != RolloutSpec::Kind::Group)
+    diag.error(cfg.tools.loc,
+               std::string("tools need the group rollout plan (rollout = "
+                           "group(..)); this file's plan is ") +
+                   cfg.rollout.kindName());
   if (cfg.critic.kind == CriticSpec::Kind::ValueModel &&
       cfg.critic.model.charTokenizer() && !cfg.model.charTokenizer())
     diag.error(cfg.critic.loc,

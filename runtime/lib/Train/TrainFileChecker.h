@@ -285,6 +285,10 @@ bool parseOptimizer(Checker &c, const Value &v, OptimizerSpec &o);
 bool parseSchedule(Checker &c, const Value &v, ScheduleSpec &s);
 bool parseSft(Checker &c, const Value &v, SftSpec &s);
 bool parseEval(Checker &c, const Value &v, EvalSpec &e);
+/// TrainFileChat.cpp.
+bool parseChat(Checker &c, const Value &v, ChatSpec &chat);
+/// `tools = calculator(..)` (TrainFileTools.cpp).
+bool parseTools(Checker &c, const Value &v, ToolSpec &t);
 
 } // namespace cac::rt::train::schema
 

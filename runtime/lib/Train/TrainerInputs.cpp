@@ -23,6 +23,7 @@ const std::vector<TrainerInput> &trainerInputs() {
       {"value", Domain::Seq, true, true},
       {"mc_value", Domain::Seg, true, false},
       {"newline", Domain::Token, true, false},
+      {"turn_start", Domain::Token, true, true},
       {"adv", Domain::Token, false, true},
       {"weight", Domain::Token, false, true},
   };
@@ -76,8 +77,9 @@ at::Tensor tokenRewards(const InputSource &src) {
       static_cast<size_t>(sc.oldLogp.defined() ? sc.oldLogp.size(0) : 0), 0.0f);
   size_t off = 0;
   for (const Rollout &x : src.rolls) {
-    off += x.response.size();
-    if (!x.response.empty())
+    size_t n = static_cast<size_t>(x.actions());
+    off += n;
+    if (n > 0) // the last action: a response may end on an observation
       last[off - 1] = static_cast<float>(x.reward);
   }
   at::Tensor r = s.onDevice(last, at::kFloat);
@@ -90,7 +92,10 @@ at::Tensor tokenRewards(const InputSource &src) {
 at::Tensor newlineFlags(const InputSource &src) {
   std::vector<float> f;
   for (const Rollout &r : src.rolls)
-    for (int64_t id : r.response) {
+    for (size_t t = 0; t < r.response.size(); ++t) {
+      if (r.isObs(t))
+        continue;
+      int64_t id = r.response[t];
       std::string text;
       try {
         text = src.s.task.tokenizer->decode({id}, /*skipSpecialTokens=*/true);
@@ -121,6 +126,8 @@ at::Tensor makeInput(const InputSource &src, const std::string &name,
     return tokenRewards(src);
   if (name == "newline")
     return newlineFlags(src);
+  if (name == "turn_start")
+    return turnStarts(src.rolls, s.device());
   if (name == "adv")
     return src.adv;
   if (name == "weight")
@@ -139,8 +146,7 @@ at::Tensor makeInput(const InputSource &src, const std::string &name,
   }
   std::vector<int64_t> v;
   for (const Rollout &r : src.rolls)
-    v.push_back(name == "group" ? r.group
-                                : static_cast<int64_t>(r.response.size()));
+    v.push_back(name == "group" ? r.group : r.actions());
   return s.onDevice(v, at::kLong);
 }
 

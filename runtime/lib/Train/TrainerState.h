@@ -11,6 +11,7 @@
 #define CAC_LIB_TRAIN_TRAINERSTATE_H
 
 #include "cac/Runtime/Kernels/Bundle.h"
+#include "cac/Runtime/Model/ChatTemplate.h"
 #include "cac/Runtime/Model/Generation.h"
 #include "cac/Runtime/Tasks/Tasks.h"
 #include "cac/Runtime/Model/Tokenizer.h"
@@ -55,6 +56,10 @@ struct TaskSource {
   bool jsonlTask = false;
   std::vector<Problem> evalSet;
   int64_t eosId = -1, padId = 0;
+  /// `chat = template(..)`: the template prompts go through, and the
+  /// variables it gets.
+  std::optional<ChatTemplate> chat;
+  nlohmann::ordered_json chatVariables;
 
   /// Loads the tokenizer, the problems and the reward command of \p config;
   /// false after a diagnostic at a field of the file.
@@ -63,12 +68,19 @@ struct TaskSource {
   Problem trainProblem(uint64_t index) const;
   std::string promptText(const Problem &p) const;
   std::string targetText(const Problem &p) const;
+  /// The SFT target's tokens and, per token, 1 for an observation token (not
+  /// trained): with the calculator on, an arithmetic task's solution is
+  /// the call of its prompt's expression and the calculator's reply
+  /// (`<calc>347*29</calc><r>10063</r>`); else targetText's tokens.
+  std::vector<int64_t> targetTokens(const Problem &p,
+                                    std::vector<uint8_t> &obs) const;
   double reward(const Problem &p, const std::string &completion) const;
   std::vector<int64_t> encodePrompt(const Problem &p) const;
   SamplingOptions samplingOptions(bool greedy) const;
 
 private:
   void checkDataset() const;
+  bool loadChat(DiagnosticEngine &diag);
 };
 
 /// The estimator bundle and the compiled objective, and what they read and

@@ -196,7 +196,7 @@ private:
           0, objectiveDomain(s, name) == Domain::Seq ? rowsIdx : ti);
     std::vector<int64_t> lengths, groups;
     for (const Rollout *r : mb.rows) {
-      lengths.push_back(static_cast<int64_t>(r->response.size()));
+      lengths.push_back(r->actions());
       groups.push_back(r->group);
     }
     PackedBatch batch = PackedBatch::fromLengths(lengths);
@@ -241,7 +241,7 @@ private:
       for (const Rollout *r : mb.rows) {
         first.push_back(pos);
         target.push_back(static_cast<float>(r->reward));
-        pos += static_cast<int64_t>(r->response.size());
+        pos += r->actions();
       }
       return bceLoss(
                  at::sigmoid(v.index_select(0, s.onDevice(first, at::kLong))),

@@ -24,9 +24,12 @@ nlohmann::json sftStep(TrainerState &s, int64_t sftIndex) {
     Problem p = task.trainProblem(
         static_cast<uint64_t>(sftIndex * cfg.sft.batch + first + i));
     rows[i].prompt = task.encodePrompt(p);
-    rows[i].response = task.tokenizer->encode(task.targetText(p), false);
-    if (task.eosId >= 0)
+    rows[i].response = task.targetTokens(p, rows[i].obs);
+    if (task.eosId >= 0) {
       rows[i].response.push_back(task.eosId);
+      if (!rows[i].obs.empty())
+        rows[i].obs.push_back(0);
+    }
     ptrs.push_back(&rows[i]);
   }
   Padded pd = padRollouts(ptrs, task.padId, s.device());

@@ -4,6 +4,11 @@
 //       one line of text in, one JSON list of ids out
 //   cac-tokenize FOLDER --decode [--skip-special-tokens]
 //       one JSON list of ids in, one line of text out
+//   cac-tokenize FOLDER --chat [--chat-text] [--no-generation-prompt]
+//                [--var NAME=JSON]...
+//       one JSON list of messages in, its prompt through the folder's chat
+//       template out: the ids (as cac-run tokenizes a chat prompt), or with
+//       --chat-text the text as a JSON string
 //
 // FOLDER is a Hugging Face model folder (tokenizer.json, with BOS/EOS from
 // tokenizer_config.json), loaded as cac-run loads it, so users can check what
@@ -12,12 +17,14 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "cac/Runtime/Model/ChatTemplate.h"
 #include "cac/Runtime/Model/Tokenizer.h"
 
 #include <nlohmann/json.hpp>
 
 #include <cstring>
 #include <iostream>
+#include <optional>
 #include <string>
 
 namespace {
@@ -25,14 +32,38 @@ namespace {
 const char *const kUsage =
     "usage: cac-tokenize FOLDER [--add-special-tokens]\n"
     "       cac-tokenize FOLDER --decode [--skip-special-tokens]\n"
+    "       cac-tokenize FOLDER --chat [--chat-text] [--no-generation-prompt]\n"
+    "                    [--var NAME=JSON]...\n"
     "Encodes each line of standard input with the tokenizer of the model\n"
     "folder FOLDER and prints its ids as a JSON list, one line each; with\n"
-    "--decode, reads JSON lists of ids and prints their text.\n";
+    "--decode, reads JSON lists of ids and prints their text. With --chat,\n"
+    "each line is a JSON list of messages ([{\"role\": \"user\", \"content\":\n"
+    "\"...\"}]) rendered by the folder's chat template "
+    "(tokenizer_config.json)\n"
+    "with add_generation_prompt (unless --no-generation-prompt) and the\n"
+    "--var variables (e.g. --var enable_thinking=false); it prints the ids\n"
+    "of the prompt, or with --chat-text its text as a JSON string.\n";
 
 struct Options {
   std::string folder;
   bool decode = false, addSpecial = false, skipSpecial = false;
+  bool chat = false, chatText = false, generationPrompt = true;
+  nlohmann::ordered_json vars = nlohmann::ordered_json::object();
 };
+
+/// Parses one --var NAME=JSON; a value that is not JSON is a string.
+bool parseVar(const std::string &spec, Options &o) {
+  size_t eq = spec.find('=');
+  if (eq == std::string::npos || eq == 0)
+    return false;
+  std::string value = spec.substr(eq + 1);
+  try {
+    o.vars[spec.substr(0, eq)] = nlohmann::ordered_json::parse(value);
+  } catch (const nlohmann::json::exception &) {
+    o.vars[spec.substr(0, eq)] = value;
+  }
+  return true;
+}
 
 /// Parses argv; prints the usage and returns false on a bad command line.
 bool parseArgs(int argc, char **argv, Options &o, int &exitCode) {
@@ -49,6 +80,14 @@ bool parseArgs(int argc, char **argv, Options &o, int &exitCode) {
       o.addSpecial = true;
     } else if (a == "--skip-special-tokens") {
       o.skipSpecial = true;
+    } else if (a == "--chat") {
+      o.chat = true;
+    } else if (a == "--chat-text") {
+      o.chat = o.chatText = true;
+    } else if (a == "--no-generation-prompt") {
+      o.generationPrompt = false;
+    } else if (a == "--var" && i + 1 < argc && parseVar(argv[i + 1], o)) {
+      ++i;
     } else if (a.rfind("-", 0) == 0 || !o.folder.empty()) {
       std::cerr << "cac-tokenize: unexpected argument '" << a << "'\n"
                 << kUsage;
@@ -61,10 +100,19 @@ bool parseArgs(int argc, char **argv, Options &o, int &exitCode) {
   const char *wrong = o.decode && o.addSpecial     ? "--add-special-tokens"
                       : !o.decode && o.skipSpecial ? "--skip-special-tokens"
                                                    : nullptr;
-  if (o.folder.empty() || wrong) {
+  bool chatOnly = !o.generationPrompt || !o.vars.empty();
+  if (o.folder.empty() || wrong || (o.chat && (o.decode || o.addSpecial)) ||
+      (!o.chat && chatOnly)) {
     if (wrong)
       std::cerr << "cac-tokenize: " << wrong << " does not apply "
                 << (o.decode ? "to --decode" : "without --decode") << "\n";
+    else if (o.chat && (o.decode || o.addSpecial))
+      std::cerr << "cac-tokenize: --chat excludes "
+                << (o.decode ? "--decode" : "--add-special-tokens")
+                << " (a chat template writes its own special tokens)\n";
+    else if (!o.chat && chatOnly)
+      std::cerr << "cac-tokenize: --no-generation-prompt and --var apply to "
+                   "--chat\n";
     std::cerr << kUsage;
     exitCode = 2;
     return false;
@@ -93,6 +141,28 @@ std::vector<int64_t> parseIds(const std::string &line) {
   return ids;
 }
 
+/// The prompt of one --chat input line: its ids or, with --chat-text, its
+/// text as a JSON string.
+std::string chatLine(const std::string &line, const Options &o,
+                     const cac::rt::ChatTemplate &tmpl,
+                     const cac::rt::Tokenizer *tok) {
+  nlohmann::ordered_json messages;
+  try {
+    messages = nlohmann::ordered_json::parse(line);
+  } catch (const nlohmann::json::exception &) {
+    throw std::runtime_error("not JSON (want a list of messages such as "
+                             "[{\"role\": \"user\", \"content\": \"Hi\"}])");
+  }
+  if (!messages.is_array())
+    throw std::runtime_error("not a JSON list of messages");
+  std::string text = tmpl.render(messages, o.generationPrompt, o.vars);
+  if (o.chatText)
+    return nlohmann::ordered_json(text).dump(
+        -1, ' ', false, nlohmann::json::error_handler_t::replace);
+  nlohmann::json ids = tok->encode(text, false);
+  return ids.dump();
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -101,8 +171,14 @@ int main(int argc, char **argv) {
   if (!parseArgs(argc, argv, o, exitCode))
     return exitCode;
   std::unique_ptr<cac::rt::Tokenizer> tok;
+  std::optional<cac::rt::ChatTemplate> tmpl;
   try {
-    tok = cac::rt::loadTokenizer(o.folder);
+    // --chat-text needs only the template: a folder may hold just
+    // tokenizer_config.json to check one.
+    if (!o.chatText)
+      tok = cac::rt::loadTokenizer(o.folder);
+    if (o.chat)
+      tmpl.emplace(cac::rt::loadChatTemplate(o.folder));
   } catch (const std::exception &e) {
     std::cerr << "cac-tokenize: " << e.what() << "\n";
     return 1;
@@ -111,7 +187,9 @@ int main(int argc, char **argv) {
   std::string line;
   for (size_t lineNo = 1; std::getline(std::cin, line); ++lineNo) {
     try {
-      if (o.decode) {
+      if (o.chat) {
+        std::cout << chatLine(line, o, *tmpl, tok.get()) << '\n';
+      } else if (o.decode) {
         std::cout << tok->decode(parseIds(line), o.skipSpecial) << '\n';
       } else {
         nlohmann::json ids = tok->encode(line, o.addSpecial);

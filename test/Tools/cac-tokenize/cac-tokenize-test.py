@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """cac-tokenize on a tiny byte-level BPE folder written here: encoding lines
-to JSON id lists, decoding them back, special tokens, and the errors for a
-bad folder, an unsupported tokenizer kind, a bad input line and a bad
+to JSON id lists, decoding them back, special tokens, --chat/--chat-text
+through a small chat template, and the errors for a bad folder, an
+unsupported tokenizer kind or chat template, a bad input line and a bad
 command line.
 
   python3 cac-tokenize-test.py CAC_TOKENIZE
@@ -96,6 +97,37 @@ with tempfile.TemporaryDirectory() as d:
         check(rc == 1 and out == "h\n" and "<stdin>:2: " in err and want in err,
               "bad line %s: rc %d, %r" % (bad, rc, err))
 
+    # --chat: a message list per line through tokenizer_config.json's
+    # chat_template; the added token <|end|> in the text is its one id.
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump({"eos_token": "<|end|>", "chat_template":
+                   "{% for m in messages %}{{ m.role }}: {{ m.content }}"
+                   "{{ eos_token }}{% endfor %}"
+                   "{% if add_generation_prompt %}assistant:{% endif %}"}, f)
+    one = '[{"role": "user", "content": "hello"}]\n'
+    rc, out, err = run([folder, "--chat-text"], one)
+    check(rc == 0 and out == '"user: hello<|end|>assistant:"\n',
+          "--chat-text: %r %s" % (out, err))
+    rc, out, err = run([folder, "--chat-text", "--no-generation-prompt"], one)
+    check(rc == 0 and out == '"user: hello<|end|>"\n',
+          "--no-generation-prompt: %r %s" % (out, err))
+    rc, out, err = run([folder, "--chat", "--no-generation-prompt"], one)
+    check(rc == 0 and json.loads(out)[-1] == 300 and out.count("300") == 1,
+          "--chat ids end with <|end|>'s id 300: %r %s" % (out, err))
+    for bad, want in [("[1, 2", "not JSON"), ('{"a": 1}', "not a JSON list")]:
+        rc, out, err = run([folder, "--chat-text"], one + bad + "\n")
+        check(rc == 1 and out.count("\n") == 1 and "<stdin>:2: " in err
+              and want in err, "bad --chat line %s: rc %d, %r" % (bad, rc, err))
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump({"chat_template": "{% macro x() %}{% endmacro %}"}, f)
+    rc, _, err = run([folder, "--chat"], one)
+    check(rc == 1 and "tokenizer_config.json: field 'chat_template': 1:4: "
+          "unsupported statement 'macro'" in err, "outside the subset: " + err)
+    os.remove(os.path.join(folder, "tokenizer_config.json"))
+    rc, _, err = run([folder, "--chat"], one)
+    check(rc == 1 and "tokenizer_config.json: cannot read it" in err,
+          "no tokenizer_config.json: " + err)
+
     # A folder without tokenizer.json, and a tokenizer kind cac lacks.
     rc, _, err = run([os.path.join(d, "nowhere")], "x\n")
     check(rc == 1 and "nowhere" in err and "no tokenizer.json" in err,
@@ -109,7 +141,11 @@ with tempfile.TemporaryDirectory() as d:
     # Command-line mistakes print the usage and exit 2.
     for args in [[], [folder, "--bogus"], [folder, folder],
                  [folder, "--skip-special-tokens"],
-                 [folder, "--decode", "--add-special-tokens"]]:
+                 [folder, "--decode", "--add-special-tokens"],
+                 [folder, "--chat", "--decode"],
+                 [folder, "--chat", "--add-special-tokens"],
+                 [folder, "--no-generation-prompt"],
+                 [folder, "--chat", "--var", "novalue"]]:
         rc, _, err = run(args)
         check(rc == 2 and "usage: cac-tokenize" in err,
               "usage for %s: %d %s" % (args, rc, err))

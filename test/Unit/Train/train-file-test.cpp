@@ -577,3 +577,73 @@ TEST(TrainFile, RandomPublicArchitecture) {
             std::string::npos)
       << r.errors;
 }
+
+TEST(TrainFile, ChatTemplate) {
+  auto file = [](const std::string &chat, const std::string &model =
+                                              "random(\"qwen2.5-0.5b\", "
+                                              "tokenizer = \"tok\")") {
+    return "train t {\n  model = " + model +
+           "\n  task = gsm8k(\"a\", eval = \"b\")\n  estimator = \"g.cac\"\n"
+           "  steps = 1\n  chat = " +
+           chat + "\n}\n";
+  };
+  Result r = check(file("template(system = \"Be exact.\", enable_thinking = "
+                        "false, temperature = 0.5, n = 3, who = \"x\", "
+                        "nothing = none)"),
+                   "dir/t.cac");
+  ASSERT_TRUE(r.cfg) << r.errors;
+  const ChatSpec &c = r.cfg->chat;
+  EXPECT_TRUE(c.enabled);
+  EXPECT_TRUE(c.folder.empty()); // the model's tokenizer folder
+  EXPECT_EQ(c.system, "Be exact.");
+  using Vars = std::vector<std::pair<std::string, std::string>>;
+  EXPECT_EQ(c.variables, (Vars{{"enable_thinking", "false"},
+                               {"temperature", "0.5"},
+                               {"n", "3"},
+                               {"who", "\"x\""},
+                               {"nothing", "null"}}));
+
+  r = check(file("template(\"other\")"), "dir/t.cac");
+  ASSERT_TRUE(r.cfg) << r.errors;
+  EXPECT_EQ(r.cfg->chat.folder, fs::path("dir/other"));
+  for (const char *off : {"none", "false"}) {
+    r = check(file(off));
+    ASSERT_TRUE(r.cfg) << r.errors;
+    EXPECT_FALSE(r.cfg->chat.enabled);
+  }
+  r = check(file("true"));
+  ASSERT_TRUE(r.cfg) << r.errors;
+  EXPECT_TRUE(r.cfg->chat.enabled);
+  r = check(withFields(""));
+  ASSERT_TRUE(r.cfg) << r.errors;
+  EXPECT_FALSE(r.cfg->chat.enabled); // the default
+
+  // The built-in character tokenizer has no folder to take a template from.
+  r = check(file("true", "builtin(\"tiny\")"));
+  EXPECT_NE(r.errors.find("t.cac:6:10: error: the chat template comes from "
+                          "the model's tokenizer folder, but this model uses "
+                          "the built-in character tokenizer"),
+            std::string::npos)
+      << r.errors;
+  r = check(file("template(\"tpl\")", "builtin(\"tiny\")"));
+  EXPECT_TRUE(r.cfg) << r.errors;
+
+  r = check(file("3"));
+  EXPECT_NE(r.errors.find("t.cac:6:10: error: 'chat' must be none, true"),
+            std::string::npos)
+      << r.errors;
+  r = check(file("template(add_generation_prompt = true)"));
+  EXPECT_NE(r.errors.find("t.cac:6:19: error: 'add_generation_prompt' is set "
+                          "by cac-run for every prompt"),
+            std::string::npos)
+      << r.errors;
+  r = check(file("template(x = builtin(\"tiny\"))"));
+  EXPECT_NE(r.errors.find("t.cac:6:23: error: template variable 'x' must be "
+                          "a number, a string, true, false or none"),
+            std::string::npos)
+      << r.errors;
+  r = check(file("template(system = 1)"));
+  EXPECT_NE(r.errors.find("'system' of 'template' must be a string"),
+            std::string::npos)
+      << r.errors;
+}

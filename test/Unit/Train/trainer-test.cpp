@@ -669,4 +669,51 @@ TEST_F(TrainerTest, EstimatorMismatchesAreDiagnosedAtTheField) {
       << diag2.render();
 }
 
+TEST_F(TrainerTest, ChatTemplateFramesThePrompts) {
+  // A template in the character vocabulary, so the built-in model can take
+  // its prompts; the prompt is the user message after the system message.
+  fs::create_directories(dir_ / "chat");
+  std::ofstream(dir_ / "chat" / "tokenizer_config.json")
+      << R"({"eos_token": "<eos>", "chat_template": "{% for m in messages %}[{{ m.role }}] {{ m.content }}\n{% endfor %}{% if add_generation_prompt %}[assistant]{{ suffix }}{% endif %}"})";
+  std::string src = source("grpo", "chat = template(\"chat\", system = "
+                                   "\"Be exact.\", suffix = \" \")\n");
+  src.replace(src.find("max_positions = 32"), 18, "max_positions = 64");
+  TrainConfig cfg = config(src, "a");
+  std::vector<json> rows = runToEnd(cfg);
+  ASSERT_EQ(rows.size(), 6u);
+  std::ifstream in(cfg.out / "samples.jsonl");
+  int n = 0;
+  for (std::string line; std::getline(in, line); ++n) {
+    json x = json::parse(line);
+    std::string problem = x["problem"].get<std::string>();
+    std::string question = problem.substr(problem.rfind('/') + 1);
+    EXPECT_EQ(x["prompt"],
+              "[system] Be exact.\n[user] " + question + "\n[assistant] ")
+        << line;
+  }
+  EXPECT_EQ(n, 18);
+
+  // A template that fails on a prompt stops the run before it starts, at the
+  // `chat` field, naming the problem and the template's position.
+  std::ofstream(dir_ / "chat" / "tokenizer_config.json")
+      << R"({"chat_template": "{{ raise_exception('no system message') if messages[0].role == 'system' }}"})";
+  std::string errors = prepareErrors(config(src, "b"));
+  EXPECT_NE(errors.find("train.cac:18:8: error: arith/"), std::string::npos)
+      << errors;
+  EXPECT_NE(errors.find("tokenizer_config.json: field 'chat_template': 1:4: "
+                        "the template raised an exception: no system message"),
+            std::string::npos)
+      << errors;
+  // Outside the subset: the parse error, at the field too.
+  std::ofstream(dir_ / "chat" / "tokenizer_config.json")
+      << R"({"chat_template": "{% macro m() %}{% endmacro %}"})";
+  errors = prepareErrors(config(src, "c"));
+  EXPECT_NE(errors.find("train.cac:18:8: error: "), std::string::npos)
+      << errors;
+  EXPECT_NE(errors.find("field 'chat_template': 1:4: unsupported statement "
+                        "'macro'"),
+            std::string::npos)
+      << errors;
+}
+
 } // namespace

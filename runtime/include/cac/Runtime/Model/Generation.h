@@ -6,7 +6,10 @@
 // temperature), before top-k/top-p truncation, which is the distribution the
 // training loop recomputes). Rows stop on a stop token, a stop string or
 // max_new_tokens. fork() copies rows together with their KV cache so that
-// rollout trees share prefixes.
+// rollout trees share prefixes. With a tool (SamplingOptions::tool), a row
+// whose token closes a tool call gets the tool's reply appended as
+// observation tokens, fed through the model like a prompt (they extend the
+// KV cache; no log-probability, never sampled), and samples on after them.
 //
 // Randomness comes only from the at::Generator passed to step() (a CPU
 // generator; one uniform number per row per step, turned into a token by
@@ -25,6 +28,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -42,6 +46,23 @@ enum class FinishReason {
 
 /// "none", "stop" or "length".
 const char *finishReasonName(FinishReason reason);
+
+struct GeneratedSequence;
+
+/// A tool's answer to a call that a row has just closed.
+struct ToolReply {
+  /// The observation tokens appended to the row; empty: the call is not
+  /// answered (past the tool's turn limit).
+  std::vector<int64_t> observation;
+  /// Whether the call parsed and evaluated.
+  bool ok = false;
+};
+
+/// Called after every token an unfinished row samples: a reply when that
+/// token closes a tool call, else nothing. An exception it throws ends
+/// generation with an error naming the row and the call.
+using ToolHook =
+    std::function<std::optional<ToolReply>(const GeneratedSequence &row)>;
 
 /// How to sample.
 struct SamplingOptions {
@@ -71,6 +92,10 @@ struct SamplingOptions {
   bool retainFinished = false;
   /// The id fed in padding slots (never attended to).
   int64_t padId = 0;
+  /// The tool of multi-turn rollouts (empty: none). Observation tokens count
+  /// toward maxNewTokens and the model's positions; a reply that does not
+  /// fit is cut and the row finishes with FinishReason::Length.
+  ToolHook tool;
 };
 
 /// One row: its prompt and what was generated after it.
@@ -88,8 +113,18 @@ struct GeneratedSequence {
   std::string text;
   /// The stop string that ended the row, if any.
   std::string stopString;
+  /// Per token, 1 for an observation token (a tool's reply; its logprob
+  /// and entropy are 0); empty while the row has none.
+  std::vector<uint8_t> observation;
+  /// Tool calls the row closed, the ones answered with an observation (its
+  /// turns) and the ones that parsed and evaluated.
+  int64_t toolCalls = 0, toolTurns = 0, toolOk = 0;
 
   bool finished() const { return finish != FinishReason::None; }
+  /// Whether token \p t is an observation token.
+  bool isObservation(size_t t) const {
+    return t < observation.size() && observation[t] != 0;
+  }
 };
 
 /// Tokens sampled for a batch of rows (CPU tensors of length B).
@@ -124,6 +159,12 @@ SampledTokens sampleTokens(const at::Tensor &logits,
 /// tokens independent of which other rows share the batch, which is how
 /// data-parallel workers sample the same rollouts as one process.
 using RowUniforms = std::function<float(int64_t row, int64_t tokenIndex)>;
+
+/// The text of \p ids, special tokens skipped; ids \p tokenizer does not
+/// know (a model vocabulary is often padded beyond the tokenizer's) are
+/// dropped.
+std::string decodeKnown(const Tokenizer &tokenizer,
+                        const std::vector<int64_t> &ids);
 
 /// A CPU generator seeded with \p seed.
 at::Generator makeGenerator(uint64_t seed);
@@ -199,8 +240,15 @@ private:
   /// Logits of the next token for \p rows (unfinished), [rows, V] float32.
   at::Tensor logitsFor(const std::vector<int64_t> &rows);
   void finishChecks(int64_t row);
-  /// The decoded text of \p ids; ids the tokenizer does not know (a model
-  /// vocabulary is often padded beyond the tokenizer's) are skipped.
+  /// Runs the tool on \p row's last token and appends its reply (cut to
+  /// what fits); returns the observation tokens appended.
+  int64_t answerTool(int64_t row);
+  /// Feeds each row of \p rows its last \p counts[i] tokens (the sampled
+  /// token and any observation after it) into the cache and sets their
+  /// next-token logits.
+  void feedTokens(const std::vector<int64_t> &rows,
+                  const std::vector<int64_t> &counts);
+  /// decodeKnown with the decoder's tokenizer.
   std::string decodeText(const std::vector<int64_t> &ids) const;
   /// Runs every row's prompt and tokens through the model into a fresh
   /// cache and sets the next-token logits (cached mode only).

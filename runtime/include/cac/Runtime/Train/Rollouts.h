@@ -37,11 +37,26 @@ namespace cac::rt::train {
 /// needs of it.
 struct Rollout {
   std::vector<int64_t> prompt, response;
+  /// One per response token (0 on observation tokens).
   std::vector<float> logp, entropy;
+  /// Per response token, 1 for an observation token (a tool's reply in a
+  /// multi-turn rollout); empty when the response has none. The packed
+  /// arrays of the estimator and the loss hold the actions only
+  /// (padRollouts).
+  std::vector<uint8_t> obs;
   double reward = 0;
   bool correct = false;
   /// The prompt's index in the step (the GRPO group).
   int64_t group = 0;
+  /// Tool calls closed, answered (turns) and that evaluated
+  /// (GeneratedSequence).
+  int64_t toolCalls = 0, toolTurns = 0, toolOk = 0;
+
+  /// Whether response token \p t is an observation token.
+  bool isObs(size_t t) const { return t < obs.size() && obs[t] != 0; }
+  /// The response's action tokens (the ones the policy sampled): its
+  /// length in the packed arrays.
+  int64_t actions() const;
 };
 
 /// Token accounting of one step.

@@ -25,6 +25,7 @@
 #ifndef CAC_RUNTIME_TRAIN_TRAINFILE_H
 #define CAC_RUNTIME_TRAIN_TRAINFILE_H
 
+#include "cac/Runtime/Tasks/Calculator.h"
 #include "cac/Runtime/Tasks/Tasks.h"
 #include "cac/Runtime/Train/Diagnostics.h"
 #include "cac/Runtime/Train/TrainFileSyntax.h"
@@ -98,6 +99,24 @@ struct TaskSpec {
   std::filesystem::path trainPath, evalPath;
   /// jsonl: the fields of its objects.
   rt::JsonlKeys keys;
+  SourceLoc loc;
+};
+
+/// `chat = template(..)`: prompts through a chat template (docs/training.md,
+/// "Chat prompts"). The task's prompt becomes the user message, after a
+/// system message when one is given, rendered with add_generation_prompt
+/// and tokenized without the tokenizer's own special tokens.
+struct ChatSpec {
+  bool enabled = false;
+  /// The folder whose tokenizer_config.json holds the template (resolved
+  /// against the training file's folder); empty: the model's tokenizer
+  /// folder.
+  std::filesystem::path folder;
+  /// The system message; empty: none.
+  std::string system;
+  /// Further variables of the template (`enable_thinking = false`): each
+  /// name and its value as JSON text.
+  std::vector<std::pair<std::string, std::string>> variables;
   SourceLoc loc;
 };
 
@@ -196,6 +215,19 @@ struct RewardSpec {
   SourceLoc loc;
 };
 
+/// `tools = calculator(max_turns = 3, open = "<calc>", close = "</calc>",
+/// result_open = "<r>", result_close = "</r>")`: rollouts may call the
+/// calculator; its replies are observation tokens (docs/training.md, "Tool
+/// use").
+struct ToolSpec {
+  /// Calls answered per rollout (0: no tool).
+  int64_t maxTurns = 0;
+  ToolSyntax syntax;
+  SourceLoc loc;
+
+  bool enabled() const { return maxTurns > 0; }
+};
+
 /// The clipped surrogate (estimators.md §0.2).
 struct ObjectiveSpec {
   double epsLow = 0.2, epsHigh = 0.2;
@@ -282,7 +314,10 @@ struct TrainConfig {
   std::filesystem::path file;
   ModelSpec model;
   TaskSpec task;
+  ChatSpec chat;
   RewardSpec reward;
+  /// The tool of multi-turn rollouts (none unless `tools` is set).
+  ToolSpec tools;
   EstimatorSpec estimator;
   CriticSpec critic;
   RolloutSpec rollout;

@@ -1,0 +1,512 @@
+//===- tool-use-test.cpp - Multi-turn rollouts with the calculator --------===//
+//
+// The tool hook on a character tokenizer (a call, a malformed call, a call
+// past the turn limit, a stray closing tag after an observation); the
+// decoder appending a reply as observation tokens (flags, zero logprobs, the
+// KV-cached continuation equal to a full forward, a reply cut at
+// max_new_tokens, a failing tool named by its call); the packing that hands
+// the estimator the actions only (GAE on a multi-turn row equals GAE on the
+// row without its observations; turn_start); the `tools` field; and short
+// GRPO and GAE runs on a task that calls the calculator. The calculator's
+// expressions: test/Unit/Tasks/calculator-test.cpp.
+//
+//===----------------------------------------------------------------------===//
+
+#include "Phases.h"
+
+#include "cac/Runtime/Kernels/Bundle.h"
+#include "cac/Runtime/Train/ToolUse.h"
+#include "cac/Runtime/Train/Trainer.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+using namespace cac::rt;
+using namespace cac::rt::train;
+using nlohmann::json;
+namespace fs = std::filesystem;
+
+namespace {
+
+//===--- The tool hook ----------------------------------------------------===//
+
+ToolSpec bracketCalculator(int64_t maxTurns) {
+  ToolSpec spec;
+  spec.maxTurns = maxTurns;
+  spec.syntax.open = "[";
+  spec.syntax.close = "]";
+  spec.syntax.resultOpen = "=";
+  spec.syntax.resultClose = "";
+  return spec;
+}
+
+GeneratedSequence rowOf(const Tokenizer &tok, const std::string &text) {
+  GeneratedSequence g;
+  g.prompt = tok.encode("q", true);
+  g.tokens = tok.encode(text, false);
+  return g;
+}
+
+TEST(ToolHook, AnswersACallWithItsResult) {
+  CharTokenizer tok;
+  ToolHook hook = calculatorTool(tok, bracketCalculator(2));
+  std::optional<ToolReply> r = hook(rowOf(tok, "12[12*7]"));
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(r->ok);
+  EXPECT_EQ(tok.decode(r->observation), "=84");
+  // No closing tag in the last token: no call.
+  EXPECT_FALSE(hook(rowOf(tok, "[12*7")));
+  EXPECT_FALSE(hook(rowOf(tok, "")));
+}
+
+TEST(ToolHook, MalformedCallsGetAnErrorReply) {
+  CharTokenizer tok;
+  ToolHook hook = calculatorTool(tok, bracketCalculator(2));
+  for (const char *text : {"[12*]", "7]", "[1/0]"}) {
+    std::optional<ToolReply> r = hook(rowOf(tok, text));
+    ASSERT_TRUE(r) << text;
+    EXPECT_FALSE(r->ok) << text;
+    EXPECT_EQ(tok.decode(r->observation), "=error") << text;
+  }
+  // The opening tag of an earlier turn does not open this one.
+  GeneratedSequence g = rowOf(tok, "[2+3]=5]");
+  g.observation = {0, 0, 0, 0, 0, 1, 1, 0};
+  std::optional<ToolReply> r = hook(g);
+  ASSERT_TRUE(r);
+  EXPECT_FALSE(r->ok);
+  EXPECT_EQ(tok.decode(r->observation), "=error");
+}
+
+TEST(ToolHook, CallsPastTheTurnLimitAreNotAnswered) {
+  CharTokenizer tok;
+  ToolHook hook = calculatorTool(tok, bracketCalculator(2));
+  GeneratedSequence g = rowOf(tok, "[1+1]");
+  g.toolCalls = 2;
+  std::optional<ToolReply> r = hook(g);
+  ASSERT_TRUE(r);
+  EXPECT_FALSE(r->ok);
+  EXPECT_TRUE(r->observation.empty());
+}
+
+TEST(ToolHook, TheTokenizerMustWriteTheReplies) {
+  CharTokenizer tok;
+  EXPECT_EQ(checkToolTokens(tok, bracketCalculator(1)), "");
+  ToolSpec bad = bracketCalculator(1);
+  bad.syntax.resultOpen = "\xc3\xa9"; // not in the character vocabulary
+  EXPECT_NE(checkToolTokens(tok, bad).find("cannot write"), std::string::npos);
+}
+
+//===--- The decoder ------------------------------------------------------===//
+
+TransformerLM tinyModel(uint64_t seed = 7) {
+  torch::manual_seed(seed);
+  ModelConfig c;
+  c.modelType = "llama";
+  c.vocabSize = 24;
+  c.hiddenSize = 16;
+  c.intermediateSize = 32;
+  c.numHiddenLayers = 2;
+  c.numAttentionHeads = 2;
+  c.numKeyValueHeads = 1;
+  c.maxPositionEmbeddings = 64;
+  c.rmsNormEps = 1e-5;
+  c.tieWordEmbeddings = true;
+  c.validate("test model");
+  TransformerLM m(c, false);
+  m->eval();
+  return m;
+}
+
+/// A scripted tool: replies \p reply once, after a row's \p after-th
+/// generated token, to the rows whose first prompt token after BOS is odd.
+ToolHook scriptedTool(size_t after, std::vector<int64_t> reply) {
+  return [after,
+          reply](const GeneratedSequence &g) -> std::optional<ToolReply> {
+    if (g.tokens.size() != after || g.prompt.size() < 2 || g.prompt[1] % 2 == 0)
+      return std::nullopt;
+    return ToolReply{reply, true};
+  };
+}
+
+/// Log-probabilities of every generated token under one forward pass of the
+/// whole row (no cache).
+std::vector<float> fullForwardLogp(TransformerLM &m, const GeneratedSequence &g,
+                                   double temperature) {
+  torch::NoGradGuard ng;
+  std::vector<int64_t> ids = g.prompt;
+  ids.insert(ids.end(), g.tokens.begin(), g.tokens.end());
+  int64_t L = static_cast<int64_t>(ids.size());
+  at::Tensor x = at::tensor(ids, at::kLong).view({1, L});
+  at::Tensor lp = tokenLogProbs(m->forward(x), x, temperature)[0];
+  std::vector<float> out;
+  for (size_t t = 0; t < g.tokens.size(); ++t)
+    out.push_back(
+        lp[static_cast<int64_t>(g.prompt.size() + t) - 1].item<float>());
+  return out;
+}
+
+TEST(ToolDecoder, ObservationsExtendTheCacheLikeAFullForward) {
+  TransformerLM m = tinyModel();
+  SamplingOptions o;
+  o.temperature = 1.0;
+  o.maxNewTokens = 9;
+  o.tool = scriptedTool(2, {10, 11, 12});
+  std::vector<std::vector<int64_t>> prompts = {{1, 5, 6}, {1, 4}, {1, 7, 3, 2}};
+  at::Generator gen = makeGenerator(11);
+  std::vector<GeneratedSequence> rows =
+      generate(m, prompts, o, gen, nullptr, 2);
+  ASSERT_EQ(rows.size(), 6u);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    const GeneratedSequence &g = rows[i];
+    bool calls = prompts[i / 2][1] % 2 != 0;
+    ASSERT_EQ(g.tokens.size(), 9u) << i;
+    if (!calls) {
+      EXPECT_TRUE(g.observation.empty()) << i;
+      EXPECT_EQ(g.toolCalls, 0) << i;
+    } else {
+      std::vector<uint8_t> flags = {0, 0, 1, 1, 1, 0, 0, 0, 0};
+      EXPECT_EQ(g.observation, flags) << i;
+      EXPECT_EQ(
+          std::vector<int64_t>(g.tokens.begin() + 2, g.tokens.begin() + 5),
+          (std::vector<int64_t>{10, 11, 12}));
+      EXPECT_EQ(g.toolCalls, 1);
+      EXPECT_EQ(g.toolTurns, 1);
+      EXPECT_EQ(g.toolOk, 1);
+    }
+    // Every action token's logprob is the full forward's: the cache holds
+    // the observation tokens at their positions.
+    std::vector<float> ref = fullForwardLogp(m, g, o.temperature);
+    for (size_t t = 0; t < g.tokens.size(); ++t) {
+      if (g.isObservation(t))
+        EXPECT_EQ(g.logprobs[t], 0.0f);
+      else
+        EXPECT_NEAR(g.logprobs[t], ref[t], 1e-4)
+            << "row " << i << " token " << t;
+    }
+  }
+  // The uncached decoder (each step a full forward) samples the same tokens.
+  SamplingOptions u = o;
+  u.useCache = false;
+  at::Generator gen2 = makeGenerator(11);
+  std::vector<GeneratedSequence> same =
+      generate(m, prompts, u, gen2, nullptr, 2);
+  for (size_t i = 0; i < rows.size(); ++i) {
+    EXPECT_EQ(same[i].tokens, rows[i].tokens) << i;
+    EXPECT_EQ(same[i].observation, rows[i].observation) << i;
+  }
+}
+
+TEST(ToolDecoder, AReplyIsCutAtMaxNewTokens) {
+  TransformerLM m = tinyModel();
+  SamplingOptions o;
+  o.maxNewTokens = 4;
+  o.tool = scriptedTool(2, {10, 11, 12});
+  at::Generator gen = makeGenerator(3);
+  std::vector<GeneratedSequence> rows = generate(m, {{1, 5}}, o, gen);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].tokens.size(), 4u);
+  EXPECT_EQ(rows[0].observation, (std::vector<uint8_t>{0, 0, 1, 1}));
+  EXPECT_EQ(rows[0].finish, FinishReason::Length);
+}
+
+TEST(ToolDecoder, AFailingToolIsAnErrorNamingTheCall) {
+  TransformerLM m = tinyModel();
+  SamplingOptions o;
+  o.maxNewTokens = 6;
+  o.tool = [](const GeneratedSequence &g) -> std::optional<ToolReply> {
+    if (g.tokens.size() == 3)
+      throw std::runtime_error("the tool's process exited");
+    return std::nullopt;
+  };
+  at::Generator gen = makeGenerator(3);
+  try {
+    generate(m, {{1, 5}}, o, gen);
+    FAIL() << "no error";
+  } catch (const std::runtime_error &e) {
+    std::string what = e.what();
+    EXPECT_NE(what.find("row 0, tool call 1 (after 3 generated tokens): the "
+                        "tool failed: the tool's process exited"),
+              std::string::npos)
+        << what;
+  }
+  o.tool = [](const GeneratedSequence &) -> std::optional<ToolReply> {
+    return ToolReply{{99}, true};
+  };
+  try {
+    generate(m, {{1, 5}}, o, gen);
+    FAIL() << "no error";
+  } catch (const std::runtime_error &e) {
+    EXPECT_NE(std::string(e.what()).find("token id 99 outside the vocabulary"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+//===--- Packing: the estimator sees the actions
+//---------------------------===//
+
+Rollout multiTurnRow() {
+  Rollout r;
+  r.prompt = {1, 5, 6};
+  r.response = {7, 8, 10, 11, 9, 2};
+  r.obs = {0, 0, 1, 1, 0, 0};
+  r.logp = {-0.5f, -0.25f, 0.0f, 0.0f, -1.0f, -0.125f};
+  r.entropy = {1.0f, 2.0f, 0.0f, 0.0f, 3.0f, 4.0f};
+  r.reward = 1.0;
+  return r;
+}
+
+TEST(ToolPacking, PackedArraysHoldTheActionsOnly) {
+  Rollout r = multiTurnRow();
+  EXPECT_EQ(r.actions(), 4);
+  Padded pd = padRollouts({&r}, 0, at::kCPU);
+  EXPECT_EQ(pd.numTokens, 4);
+  EXPECT_EQ(pd.ids.size(1), 9); // the model still reads the observations
+  // Per position p, the value p: the packed values are the positions before
+  // each action token (prompt 3 tokens: action t at position 3 + t - 1).
+  at::Tensor perPos = at::arange(8, at::kFloat).view({1, 8});
+  EXPECT_EQ(hostFloats(gatherResponse(perPos, pd)),
+            (std::vector<float>{2, 3, 6, 7}));
+  EXPECT_EQ(hostFloats(packActions({r}, &Rollout::logp, at::kCPU)),
+            (std::vector<float>{-0.5f, -0.25f, -1.0f, -0.125f}));
+  EXPECT_EQ(hostFloats(packActions({r}, &Rollout::entropy, at::kCPU)),
+            (std::vector<float>{1, 2, 3, 4}));
+}
+
+TEST(ToolPacking, TurnStartsMarkTheFirstActionAfterEachObservation) {
+  Rollout a = multiTurnRow(); // 2 actions, 2 observations, 2 actions
+  Rollout b;                  // no observations: one turn
+  b.response = {4, 5, 6};
+  Rollout c; // a reply that fills the row: no action after it
+  c.response = {4, 10, 11};
+  c.obs = {0, 1, 1};
+  EXPECT_EQ(hostFloats(turnStarts({a, b, c}, at::kCPU)),
+            (std::vector<float>{1, 0, 1, 0, 1, 0, 0, 1}));
+}
+
+TEST(ToolPacking, GaeOnAMultiTurnRowIgnoresItsObservations) {
+  fs::path dir = fs::path(CAC_TEST_TRAIN_BUNDLES) / "gae";
+  if (std::string(CAC_TEST_TRAIN_BUNDLES).empty() ||
+      !fs::exists(dir / "manifest.json"))
+    GTEST_SKIP() << "no compiled stdlib bundles";
+  BundleEstimator gae = BundleEstimator::load(dir.string());
+  // The same values at every action token; the observation positions hold
+  // values the estimator must never read.
+  Rollout withObs = multiTurnRow();
+  Rollout without = withObs;
+  without.response = {7, 8, 9, 2};
+  without.obs.clear();
+  at::Tensor perPosObs =
+      at::tensor(std::vector<float>{0, 0, 0.5f, 0.25f, 99, -99, 0.75f, 0.125f})
+          .view({1, 8});
+  at::Tensor perPosPlain =
+      at::tensor(std::vector<float>{0, 0, 0.5f, 0.25f, 0.75f, 0.125f})
+          .view({1, 6});
+  auto run = [&](const Rollout &r, const at::Tensor &perPos) {
+    Padded pd = padRollouts({&r}, 0, at::kCPU);
+    TensorMap in{{"value", gatherResponse(perPos, pd)},
+                 {"reward", at::tensor(std::vector<float>{1.0f})}};
+    return gae.run(in, PackedBatch::fromLengths({r.actions()}),
+                   {{"gamma", 0.9}, {"lambda", 0.8}});
+  };
+  TensorMap a = run(withObs, perPosObs), b = run(without, perPosPlain);
+  EXPECT_EQ(hostFloats(a.at("adv")), hostFloats(b.at("adv")));
+  EXPECT_EQ(hostFloats(a.at("ret")), hostFloats(b.at("ret")));
+  EXPECT_EQ(a.at("adv").numel(), 4);
+}
+
+//===--- The `tools` field ------------------------------------------------===//
+
+/// The diagnostics of a file with \p tools (empty: it checks).
+std::string toolsErrors(const std::string &tools, ToolSpec *out = nullptr) {
+  std::string src = "train t {\n"
+                    "  model = builtin(\"tiny\")\n"
+                    "  task = arith(digits = 2, ops = \"*\")\n"
+                    "  estimator = \"grpo.cac\"\n"
+                    "  steps = 1\n"
+                    "  tools = " +
+                    tools + "\n}\n";
+  DiagnosticEngine diag("t.cac", src);
+  std::optional<TrainBlock> block = parseTrainFile(src, diag);
+  std::optional<TrainConfig> cfg;
+  if (block)
+    cfg = buildTrainConfig(*block, "t.cac", diag);
+  if (cfg && out)
+    *out = cfg->tools;
+  return diag.render();
+}
+
+TEST(ToolsField, ParsesTheCalculator) {
+  ToolSpec t;
+  EXPECT_EQ(toolsErrors("calculator()", &t), "");
+  EXPECT_EQ(t.maxTurns, 3);
+  EXPECT_EQ(t.syntax.open, "<calc>");
+  EXPECT_EQ(t.syntax.resultClose, "</r>");
+  EXPECT_EQ(toolsErrors("calculator(max_turns = 2, open = \"[\", close = "
+                        "\"]\", result_open = \"=\", result_close = \"\")",
+                        &t),
+            "");
+  EXPECT_EQ(t.maxTurns, 2);
+  EXPECT_EQ(t.syntax.close, "]");
+  EXPECT_EQ(t.syntax.resultClose, "");
+  EXPECT_EQ(toolsErrors("none", &t), "");
+  EXPECT_FALSE(t.enabled());
+}
+
+TEST(ToolsField, BadValuesAreErrorsAtTheField) {
+  EXPECT_NE(toolsErrors("calculator(max_turns = 0)").find("t.cac:6:"),
+            std::string::npos);
+  EXPECT_NE(toolsErrors("calculator(max_turns = 0)").find("max_turns"),
+            std::string::npos);
+  std::string e = toolsErrors("calculator(close = \"\")");
+  EXPECT_NE(e.find("t.cac:6:"), std::string::npos) << e;
+  EXPECT_NE(e.find("the calculator's 'close' tag must not be empty"),
+            std::string::npos)
+      << e;
+  e = toolsErrors("search()");
+  EXPECT_NE(e.find("none or calculator("), std::string::npos) << e;
+  e = toolsErrors("calculator(turns = 2)");
+  EXPECT_NE(e.find("turns"), std::string::npos) << e;
+}
+
+//===--- Training on the calculator task ----------------------------------===//
+
+class ToolTrainer : public ::testing::Test {
+protected:
+  void SetUp() override {
+    std::string bundles = CAC_TEST_TRAIN_BUNDLES;
+    if (bundles.empty() ||
+        !fs::exists(fs::path(bundles) / "grpo" / "manifest.json"))
+      GTEST_SKIP() << "no compiled stdlib bundles";
+    dir_ = fs::temp_directory_path() /
+           ("cac-tool-test-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override {
+    if (!dir_.empty())
+      fs::remove_all(dir_);
+  }
+
+  /// Two-digit products with the calculator, a short SFT on its calls.
+  std::optional<TrainConfig> config(const std::string &estimator,
+                                    const std::string &extra,
+                                    std::string &errors) {
+    std::string est = (fs::path(CAC_TEST_TRAIN_BUNDLES) / estimator).string();
+    std::string src =
+        "train tools {\n"
+        "  model = builtin(\"custom\", hidden = 32, layers = 1, heads = 2, "
+        "kv_heads = 1, ffn = 64, max_positions = 48)\n"
+        "  task = arith(digits = 2, ops = \"*\")\n"
+        "  tools = calculator(max_turns = 2, open = \"[\", close = \"]\", "
+        "result_open = \"=\", result_close = \"\")\n"
+        "  estimator = bundle(\"" +
+        est + "\")\n" + extra +
+        "  rollout = group(n = 4, max_tokens = 16)\n"
+        "  prompts = 4\n"
+        "  minibatches = 2\n"
+        "  warm_start = sft(steps = 30, batch = 16, lr = 1e-2)\n"
+        "  steps = 3\n"
+        "  eval = greedy(every = 0, size = 8)\n"
+        "  threads = 1\n"
+        "  seed = 5\n"
+        "  out = \"" +
+        (dir_ / "out").string() + "\"\n}\n";
+    fs::path file = dir_ / "train.cac";
+    std::ofstream(file) << src;
+    return loadTrainFile(file, errors);
+  }
+
+  std::vector<json> run(const TrainConfig &cfg) {
+    TrainerOptions opts;
+    opts.progress = false;
+    opts.verbose = false;
+    Trainer t(cfg, opts);
+    DiagnosticEngine diag(cfg.file.string(), "");
+    EXPECT_TRUE(t.prepare(diag)) << diag.render();
+    t.run();
+    return t.metrics();
+  }
+
+  /// The RL rows have finite metrics, the tool's among them; returns the
+  /// turns summed over the rows.
+  static double expectFiniteToolMetrics(const std::vector<json> &rows) {
+    double turns = 0;
+    int rl = 0;
+    for (const json &r : rows) {
+      if (r["phase"] != "rl")
+        continue;
+      ++rl;
+      for (const char *k : {"loss", "pg_loss", "grad_norm", "reward_mean",
+                            "entropy", "turns", "tool_accuracy"}) {
+        EXPECT_TRUE(r.contains(k) && r[k].is_number() &&
+                    std::isfinite(r[k].get<double>()))
+            << k << ": " << r;
+      }
+      double acc = r.value("tool_accuracy", -1.0);
+      EXPECT_GE(acc, 0.0);
+      EXPECT_LE(acc, 1.0);
+      turns += r.value("turns", 0.0);
+    }
+    EXPECT_EQ(rl, 3);
+    return turns;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(ToolTrainer, GrpoTrainsWithTheCalculator) {
+  std::string errors;
+  auto cfg = config("grpo", "  critic = none\n", errors);
+  ASSERT_TRUE(cfg) << errors;
+  std::vector<json> rows = run(*cfg);
+  // After the SFT on calls, the rollouts call the calculator.
+  EXPECT_GT(expectFiniteToolMetrics(rows), 0.0);
+  std::ifstream csv(dir_ / "out" / "metrics.csv");
+  std::string header;
+  std::getline(csv, header);
+  EXPECT_NE(header.find(",turns,tool_accuracy,"), std::string::npos) << header;
+}
+
+TEST_F(ToolTrainer, GaeWithAValueHeadTrainsWithTheCalculator) {
+  std::string errors;
+  auto cfg = config("gae", "  critic = value_head(coef = 0.5)\n", errors);
+  ASSERT_TRUE(cfg) << errors;
+  std::vector<json> rows = run(*cfg);
+  EXPECT_GT(expectFiniteToolMetrics(rows), 0.0);
+  for (const json &r : rows) {
+    if (r["phase"] != "rl")
+      continue;
+    EXPECT_TRUE(std::isfinite(r["value_loss"].get<double>())) << r;
+  }
+}
+
+TEST_F(ToolTrainer, ToolsNeedTheGroupPlan) {
+  std::string errors;
+  auto cfg = config("grpo", "  critic = none\n", errors);
+  ASSERT_TRUE(cfg) << errors;
+  std::string src;
+  {
+    std::ifstream in(dir_ / "train.cac");
+    std::stringstream ss;
+    ss << in.rdbuf();
+    src = ss.str();
+  }
+  size_t at = src.find("rollout = group(n = 4, max_tokens = 16)");
+  ASSERT_NE(at, std::string::npos);
+  src.replace(
+      at, 39,
+      "rollout = tree(branches = \"2-2\", seg_len = 4, max_tokens = 16)");
+  std::ofstream(dir_ / "tree.cac") << src;
+  EXPECT_FALSE(loadTrainFile(dir_ / "tree.cac", errors));
+  EXPECT_NE(errors.find("tools need the group rollout plan (rollout = "
+                        "group(..)); this file's plan is tree"),
+            std::string::npos)
+      << errors;
+}
+
+} // namespace
