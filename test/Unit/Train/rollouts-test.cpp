@@ -12,6 +12,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "cac/Runtime/Train/Rollouts.h"
+#include "tiny-model.h"
 
 #include <gtest/gtest.h>
 
@@ -22,25 +23,6 @@ using namespace cac::rt;
 using namespace cac::rt::train;
 
 namespace {
-
-TransformerLM tinyModel(uint64_t seed = 7) {
-  torch::manual_seed(seed);
-  ModelConfig c;
-  c.modelType = "llama";
-  c.vocabSize = 24;
-  c.hiddenSize = 16;
-  c.intermediateSize = 32;
-  c.numHiddenLayers = 2;
-  c.numAttentionHeads = 2;
-  c.numKeyValueHeads = 1;
-  c.maxPositionEmbeddings = 64;
-  c.rmsNormEps = 1e-5;
-  c.tieWordEmbeddings = true;
-  c.validate("test model");
-  TransformerLM m(c, false);
-  m->eval();
-  return m;
-}
 
 std::vector<std::vector<int64_t>> testPrompts() {
   return {{1, 5, 6, 7}, {1, 9, 3}, {1, 4}};
@@ -123,7 +105,7 @@ PlanContext context(TransformerLM m, at::Generator &gen, double temperature,
 } // namespace
 
 TEST(Rollouts, RetainedCacheForkEqualsRecomputation) {
-  TransformerLM m = tinyModel();
+  TransformerLM m = cac::rt::test::tinyDecoderModel();
   at::Generator gen = makeGenerator(5);
   SamplingOptions o;
   o.maxNewTokens = 9;
@@ -159,7 +141,7 @@ TEST(Rollouts, RetainedCacheForkEqualsRecomputation) {
 }
 
 TEST(Rollouts, GreedyTreePathsEqualGreedyGeneration) {
-  TransformerLM m = tinyModel();
+  TransformerLM m = cac::rt::test::tinyDecoderModel();
   at::Generator gen = makeGenerator(1);
   PlanContext ctx = context(m, gen, 0.0, 10, false);
   RolloutSpec spec;
@@ -176,7 +158,7 @@ TEST(Rollouts, GreedyTreePathsEqualGreedyGeneration) {
 }
 
 TEST(Rollouts, TreeShapeTokensAndLogp) {
-  TransformerLM m = tinyModel();
+  TransformerLM m = cac::rt::test::tinyDecoderModel();
   at::Generator gen = makeGenerator(3);
   // No stop token: every row runs to max_tokens, so the shape is fixed.
   PlanContext ctx = context(m, gen, 1.0, 7, false);
@@ -229,7 +211,7 @@ TEST(Rollouts, TreeShapeTokensAndLogp) {
 }
 
 TEST(Rollouts, TreeEarlyLeavesOnStop) {
-  TransformerLM m = tinyModel(11);
+  TransformerLM m = cac::rt::test::tinyDecoderModel(11);
   at::Generator gen = makeGenerator(4);
   // A hot temperature with stop token 2 among 24: some rows stop early.
   PlanContext ctx = context(m, gen, 3.0, 12, true);
@@ -251,7 +233,7 @@ TEST(Rollouts, TreeEarlyLeavesOnStop) {
 }
 
 TEST(Rollouts, ForestBranchesWithinBudget) {
-  TransformerLM m = tinyModel();
+  TransformerLM m = cac::rt::test::tinyDecoderModel();
   at::Generator gen = makeGenerator(9);
   PlanContext ctx = context(m, gen, 1.0, 8, false);
   RolloutSpec spec;
@@ -299,7 +281,7 @@ TEST(Rollouts, ForestBranchesWithinBudget) {
 }
 
 TEST(Rollouts, ForestWithoutBranchPointsFillsFromThePrompt) {
-  TransformerLM m = tinyModel();
+  TransformerLM m = cac::rt::test::tinyDecoderModel();
   at::Generator gen = makeGenerator(9);
   PlanContext ctx = context(m, gen, 1.0, 6, false);
   RolloutSpec spec;
@@ -322,7 +304,7 @@ TEST(Rollouts, ForestEntropyOverTheTopK) {
   // With the entropy over the top-1 probability (always 0), nothing exceeds
   // tau = 0: no tree branches, every leaf is a fill from the prompt. Over the
   // top-2 it is positive, so the root branches as with the full vocabulary.
-  TransformerLM m = tinyModel();
+  TransformerLM m = cac::rt::test::tinyDecoderModel();
   at::Generator gen = makeGenerator(9);
   PlanContext ctx = context(m, gen, 1.0, 6, false);
   RolloutSpec spec;
@@ -341,7 +323,7 @@ TEST(Rollouts, ForestEntropyOverTheTopK) {
 }
 
 TEST(Rollouts, ChainMonteCarloKeepsThePrefix) {
-  TransformerLM m = tinyModel();
+  TransformerLM m = cac::rt::test::tinyDecoderModel();
   at::Generator gen = makeGenerator(2);
   PlanContext ctx = context(m, gen, 1.0, 6, false);
   // Record every scored completion: the rollouts first, then the
@@ -399,7 +381,7 @@ TEST(Rollouts, ChainSharesIdenticalPrefixQueries) {
   // is one query per prompt, and a prefix of 1 or 2 tokens is shared by the
   // rollouts of its prompt that begin with the same tokens. Continuations
   // are sampled once per distinct query and its value serves each start.
-  TransformerLM m = tinyModel();
+  TransformerLM m = cac::rt::test::tinyDecoderModel();
   at::Generator gen = makeGenerator(4);
   PlanContext ctx = context(m, gen, 0.7, 5, false);
   CharTokenizer tok;

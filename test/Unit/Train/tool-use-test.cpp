@@ -13,6 +13,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "Phases.h"
+#include "tiny-model.h"
 
 #include "cac/Runtime/Kernels/Bundle.h"
 #include "cac/Runtime/Train/ToolUse.h"
@@ -101,25 +102,6 @@ TEST(ToolHook, TheTokenizerMustWriteTheReplies) {
 
 //===--- The decoder ------------------------------------------------------===//
 
-TransformerLM tinyModel(uint64_t seed = 7) {
-  torch::manual_seed(seed);
-  ModelConfig c;
-  c.modelType = "llama";
-  c.vocabSize = 24;
-  c.hiddenSize = 16;
-  c.intermediateSize = 32;
-  c.numHiddenLayers = 2;
-  c.numAttentionHeads = 2;
-  c.numKeyValueHeads = 1;
-  c.maxPositionEmbeddings = 64;
-  c.rmsNormEps = 1e-5;
-  c.tieWordEmbeddings = true;
-  c.validate("test model");
-  TransformerLM m(c, false);
-  m->eval();
-  return m;
-}
-
 /// A scripted tool: replies \p reply once, after a row's \p after-th
 /// generated token, to the rows whose first prompt token after BOS is odd.
 ToolHook scriptedTool(size_t after, std::vector<int64_t> reply) {
@@ -149,7 +131,7 @@ std::vector<float> fullForwardLogp(TransformerLM &m, const GeneratedSequence &g,
 }
 
 TEST(ToolDecoder, ObservationsExtendTheCacheLikeAFullForward) {
-  TransformerLM m = tinyModel();
+  TransformerLM m = cac::rt::test::tinyDecoderModel();
   SamplingOptions o;
   o.temperature = 1.0;
   o.maxNewTokens = 9;
@@ -200,7 +182,7 @@ TEST(ToolDecoder, ObservationsExtendTheCacheLikeAFullForward) {
 }
 
 TEST(ToolDecoder, AReplyIsCutAtMaxNewTokens) {
-  TransformerLM m = tinyModel();
+  TransformerLM m = cac::rt::test::tinyDecoderModel();
   SamplingOptions o;
   o.maxNewTokens = 4;
   o.tool = scriptedTool(2, {10, 11, 12});
@@ -213,7 +195,7 @@ TEST(ToolDecoder, AReplyIsCutAtMaxNewTokens) {
 }
 
 TEST(ToolDecoder, AFailingToolIsAnErrorNamingTheCall) {
-  TransformerLM m = tinyModel();
+  TransformerLM m = cac::rt::test::tinyDecoderModel();
   SamplingOptions o;
   o.maxNewTokens = 6;
   o.tool = [](const GeneratedSequence &g) -> std::optional<ToolReply> {
