@@ -210,6 +210,8 @@ if [ "${1:-}" = gloo2 ]; then
   fail() {
     echo "gloo2: FAIL: $*"
     if grep -q "without ProcessGroupGloo" "$out"/gloo2-*.log 2>/dev/null; then
+      [ -f "$deps/include/gloo/algorithm.h" ] ||
+        echo "no $deps/include/gloo: run scripts/gpu/stage.sh again where the compiler is (it stages Gloo's headers) and carry .gpu-deps"
       grep -h "ProcessGroupGloo" "$out/configure.log" 2>/dev/null
       # Why the configure check did not compile, where the build is here.
       grep -h -m5 "error:" "${build:-/nonexistent}/CMakeFiles/CMakeConfigureLog.yaml" \
