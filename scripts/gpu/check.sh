@@ -19,6 +19,10 @@
 #            and --resume on the GPU, and `--gpus 1` (c10d ProcessGroupNCCL)
 #            against it (scripts/gpu/cac-run/run.sh; `nccl` is
 #            another name for this step)
+#     gloo2  cac-run built as for train: two ranks sharing the GPU over Gloo
+#            on CUDA tensors (`--workers 2 --device cuda`, the code path of
+#            `--gpus N` but for the process group) against one rank, and
+#            its --resume; prints PASS or FAIL (not run by default)
 #     python the Python package's extension built against that torch, CUDA
 #            tensors against CPU tensors through the staged bundles, a side
 #            stream, no host sync on the packed path
@@ -53,11 +57,12 @@ for s in "${steps[@]}"; do
       --methods gae,sae,grpo,gae_dense,rloo,spo_chain,sapo,treeadv,spo_tree} \
       --iters 30 || status=1 ;;
   train | nccl) scripts/gpu/cac-run/run.sh || status=1 ;;
+  gloo2) scripts/gpu/cac-run/run.sh gloo2 || status=1 ;;
   python) scripts/gpu/python/run.sh || status=1 ;;
   baselines) scripts/gpu/python/run.sh --baselines || status=1 ;;
   main) scripts/gpu/cac-run/run.sh main || status=1 ;;
   gen) scripts/gpu/cac-run/run.sh gen || status=1 ;;
-  *) echo "unknown step '$s' (tests, bench, train, python, baselines, main, gen)"; status=2 ;;
+  *) echo "unknown step '$s' (tests, bench, train, gloo2, python, baselines, main, gen)"; status=2 ;;
   esac
 done
 exit $status

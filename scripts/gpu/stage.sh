@@ -1,7 +1,9 @@
 #!/bin/bash
-# On the development machine: copies GoogleTest's sources and nlohmann-json's
-# headers into .gpu-deps/ (git-ignored through .gitignore) so that they can
-# travel to a GPU machine that has neither.
+# On the development machine: copies GoogleTest's sources, nlohmann-json's
+# headers and Gloo's headers (Debian's libgloo-dev: pip's LibTorch holds
+# Gloo but ships only c10d's ProcessGroupGloo.hpp, which includes them) into
+# .gpu-deps/ (git-ignored through .gitignore) so that they can travel to a
+# GPU machine that has none of them.
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/../.." && pwd)
 deps=$repo/.gpu-deps
@@ -9,6 +11,7 @@ rm -rf "$deps"
 mkdir -p "$deps/include"
 cp -r /usr/src/googletest "$deps/googletest"
 cp -r /usr/include/nlohmann "$deps/include/"
+cp -r /usr/include/gloo "$deps/include/"
 # Bundles of the stdlib, when a compiler build is at hand (the GPU machine has
 # no MLIR to make them): the StdlibBundle tests run every one of them there
 # (EveryMethodCudaMatchesCpu: GPU against host.so), grpo's also trains in

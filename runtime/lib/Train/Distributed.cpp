@@ -5,6 +5,7 @@
 #include "cac/Runtime/Support/StopSignals.h"
 #include "cac/Runtime/Support/Random.h"
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 #include <torch/version.h>
 #ifdef CAC_HAVE_GLOO
@@ -62,8 +63,8 @@ using BackendBase = c10d::ProcessGroup;
 struct Communicator::State {
   c10::intrusive_ptr<c10d::Store> store;
   c10::intrusive_ptr<BackendBase> pg;
-  /// Where collectives run: CPU for Gloo, this rank's GPU for NCCL (CPU
-  /// tensors are copied there and back).
+  /// Where collectives run: the worker's device, whatever the backend
+  /// (tensors elsewhere are copied there and back).
   at::Device device{at::kCPU};
 };
 
@@ -82,17 +83,29 @@ std::unique_ptr<Communicator> Communicator::connect(const DistOptions &o) {
     throw std::runtime_error(
         "distributed: this cac-run was built against a LibTorch without "
         "ProcessGroupNCCL (Debian's libtorch is CPU-only); use --workers N "
-        "(Gloo on the CPU), or rebuild against a CUDA LibTorch");
+        "(Gloo, with --device cuda on GPUs), or rebuild against a CUDA "
+        "LibTorch");
   if (o.backend == DistBackend::Gloo && !haveGloo())
     throw std::runtime_error(
         "distributed: this cac-run was built against a LibTorch whose "
         "ProcessGroupGloo headers were not found (install Gloo's headers, "
-        "e.g. Debian's libgloo-dev, and rebuild), so it has no Gloo workers");
+        "e.g. Debian's libgloo-dev, or stage them with scripts/gpu/stage.sh, "
+        "and rebuild), so it has no Gloo workers");
+  if (o.backend == DistBackend::Nccl && !o.device.is_cuda())
+    throw std::runtime_error("distributed: NCCL all-reduces on a GPU, and "
+                             "rank " +
+                             std::to_string(o.rank) + "'s device is " +
+                             o.device.str());
   std::unique_ptr<Communicator> c(new Communicator());
   c->state_ = std::make_unique<State>();
   c->rank_ = o.rank;
   c->size_ = o.worldSize;
   c->backend_ = o.backend;
+  c->state_->device = o.device;
+  // The rank's GPU is current before the first collective, so that no
+  // backend opens a context on GPU 0 for it.
+  if (o.device.is_cuda())
+    c10::impl::getDeviceGuardImpl(c10::kCUDA)->setDevice(o.device);
   try {
     c10d::TCPStoreOptions so;
     so.port = static_cast<std::uint16_t>(o.masterPort);
@@ -118,7 +131,6 @@ std::unique_ptr<Communicator> Communicator::connect(const DistOptions &o) {
 #endif
     } else {
 #ifdef CAC_HAVE_NCCL
-      c->state_->device = at::Device(at::kCUDA, o.localRank);
       auto opts = c10d::ProcessGroupNCCL::Options::create();
       opts->timeout = o.timeout;
       c->state_->pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(

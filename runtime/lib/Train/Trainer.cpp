@@ -354,12 +354,23 @@ struct Trainer::Impl : TrainerState {
   }
 
   void announce(int64_t start) {
+    // Every rank's device (-1: the CPU), so that the log shows where the
+    // ranks run, a GPU shared or one each; a collective, so before the
+    // other ranks go quiet.
+    std::vector<double> devices;
+    if (world.communicator())
+      devices = world.gather(
+          {device().is_cuda() ? static_cast<double>(device().index()) : -1.0});
     if (!opts.verbose)
       return;
+    std::string on;
+    for (double d : devices)
+      on += (on.empty() ? " on " : ", ") +
+            (d < 0 ? std::string("cpu") : "cuda:" + std::to_string(int(d)));
     if (Communicator *comm = world.communicator())
       bar->message("cac-run: " + std::to_string(world.size()) + " workers (" +
                    (comm->backend() == DistBackend::Nccl ? "nccl" : "gloo") +
-                   "); each takes about " +
+                   on + "); each takes about " +
                    std::to_string(cfg.prompts / world.size()) + " of the " +
                    std::to_string(cfg.prompts) + " prompts of a step");
     if (start == 0)

@@ -51,8 +51,10 @@ std::optional<int64_t> envCount(const char *name);
 /// ends here (--help: 0, a bad command line: 2).
 std::optional<int> parseCommandLine(const std::vector<std::string> &args,
                                     CommandLine &cl);
-/// Sets cl.opts.device: --device, else a GPU worker's cuda:LOCAL_RANK, else
-/// the CPU; returns the exit status of a bad one.
+/// Sets cl.opts.device: --device (a worker's `cuda` is its local rank's GPU,
+/// rankGpu), else an NCCL worker's cuda:LOCAL_RANK, else the CPU; the
+/// launcher of --gpus N checks that the node has N GPUs. Returns the exit
+/// status of a bad one.
 std::optional<int> resolveDevice(CommandLine &cl);
 /// The `cac` compiler: $CAC_COMPILER, else beside cac-run, else on PATH.
 std::filesystem::path findCompiler();

@@ -35,8 +35,8 @@ const char *kUsage =
     "other options:\n"
     "  --device D       where the models, the estimator and the update run:\n"
     "                   cpu (default), cuda or cuda:N (a CUDA LibTorch; the\n"
-    "                   estimator runs its kernels.ptx); --gpus workers use\n"
-    "                   cuda:LOCAL_RANK\n"
+    "                   estimator runs its kernels.ptx); a worker's cuda is\n"
+    "                   cuda:LOCAL_RANK, ranks sharing GPUs if fewer\n"
     "  --resume         continue from DIR/checkpoint\n"
     "  --compiler PATH  the `cac` compiler for .cac estimators (default:\n"
     "                   $CAC_COMPILER, else `cac` beside cac-run, else PATH)\n"
@@ -46,9 +46,11 @@ const char *kUsage =
     "                   instead of stopping the run (docs/reliability.md)\n"
     "  --check          check the training file and the estimator, then exit\n"
     "data parallelism (docs/training.md):\n"
-    "  --workers N      N CPU worker processes per node (c10d Gloo)\n"
-    "  --gpus N         N GPU worker processes per node (c10d NCCL; needs a\n"
-    "                   LibTorch with NCCL)\n"
+    "  --workers N      N worker processes per node (c10d Gloo), on the CPU\n"
+    "                   or, with --device cuda, on the GPUs (several a GPU\n"
+    "                   if need be)\n"
+    "  --gpus N         N GPU worker processes per node, one a GPU (c10d\n"
+    "                   NCCL; needs a LibTorch with NCCL)\n"
     "  --nnodes N       nodes in the job (default 1); start cac-run on each\n"
     "  --node-rank K    this node's index, 0..N-1 (node 0 hosts the store)\n"
     "  --master-addr H  the host of node 0 (default 127.0.0.1)\n"
@@ -90,13 +92,13 @@ std::optional<int> checkWorkers(const std::string &flag,
   if (cl.workers && !haveGloo())
     return usageError(
         "--workers: this cac-run was built without ProcessGroupGloo "
-        "(its LibTorch's Gloo headers were not found), so it has no CPU "
+        "(its LibTorch's Gloo headers were not found), so it has no Gloo "
         "workers");
   if (cl.gpus && !haveNccl())
     return usageError(
         "--gpus: this cac-run was built against a LibTorch without NCCL "
-        "(Debian's libtorch is CPU-only), so it has no GPU workers; use "
-        "--workers N for CPU workers (Gloo)");
+        "(Debian's libtorch is CPU-only), so it has no NCCL workers; use "
+        "--workers N for Gloo workers (with --device cuda on GPUs)");
   return std::nullopt;
 }
 
@@ -255,16 +257,26 @@ std::optional<int> resolveDevice(CommandLine &cl) {
   if (cl.gpus && cl.deviceSpec)
     return usageError("--gpus N puts worker r on cuda:r; --device is for one "
                       "process or --workers");
-  if (cl.gpus) // the launcher: its last worker's device must exist
-    cl.deviceSpec = "cuda:" + std::to_string(*cl.gpus - 1);
-  else if (!cl.deviceSpec && cl.workerBackend && *cl.workerBackend == "nccl")
-    cl.deviceSpec =
-        "cuda:" + std::to_string(envCount("LOCAL_RANK").value_or(0));
-  if (cl.deviceSpec) {
-    std::string err = checkDevice(*cl.deviceSpec, cl.opts.device);
-    if (!err.empty())
-      return usageError(err);
+  if (cl.gpus) { // the launcher: its last worker needs a GPU of its own
+    std::string err = checkWorkerDevice("cuda", static_cast<int>(*cl.gpus - 1),
+                                        false, cl.opts.device);
+    return err.empty() ? std::nullopt
+                       : std::optional<int>(usageError("--gpus: " + err));
   }
+  bool nccl = cl.workerBackend && *cl.workerBackend == "nccl";
+  std::string spec = cl.deviceSpec.value_or(nccl ? "cuda" : "cpu");
+  // A worker's `cuda` is its local rank's GPU, as --gpus gives it.
+  std::string err =
+      cl.workerBackend
+          ? checkWorkerDevice(
+                spec, static_cast<int>(envCount("LOCAL_RANK").value_or(0)),
+                !nccl, cl.opts.device)
+          : checkDevice(spec, cl.opts.device);
+  if (!err.empty())
+    return usageError(err);
+  if (nccl && !cl.opts.device.is_cuda())
+    return usageError("--worker nccl runs on a GPU; --device " + spec +
+                      " is for Gloo workers");
   return std::nullopt;
 }
 

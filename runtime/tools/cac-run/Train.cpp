@@ -14,10 +14,12 @@ using namespace train;
 
 namespace {
 
-/// Joins the job the environment describes (torchrun's variables); null
-/// after an error message.
-std::unique_ptr<Communicator> joinJob(const std::string &backend) {
+/// Joins the job the environment describes (torchrun's variables), its
+/// collectives on \p device (the worker's); null after an error message.
+std::unique_ptr<Communicator> joinJob(const std::string &backend,
+                                      c10::Device device) {
   DistOptions d;
+  d.device = device;
   d.backend = backend == "nccl" ? DistBackend::Nccl : DistBackend::Gloo;
   auto rank = envCount("RANK"), world = envCount("WORLD_SIZE");
   auto port = envCount("MASTER_PORT");
@@ -30,7 +32,6 @@ std::unique_ptr<Communicator> joinJob(const std::string &backend) {
   }
   d.rank = static_cast<int>(*rank);
   d.worldSize = static_cast<int>(*world);
-  d.localRank = static_cast<int>(envCount("LOCAL_RANK").value_or(0));
   d.masterAddr = addr;
   d.masterPort = static_cast<int>(*port);
   try {
@@ -48,7 +49,7 @@ int train(const CommandLine &cl, const TrainConfig &cfg,
   TrainerOptions opts = cl.opts;
   std::unique_ptr<Communicator> comm;
   if (cl.workerBackend && !cl.check) {
-    comm = joinJob(*cl.workerBackend);
+    comm = joinJob(*cl.workerBackend, opts.device);
     if (!comm)
       return 1;
     opts.dist = comm.get();

@@ -26,6 +26,10 @@
 # two runs of step 2 are the same computation). Logs go to $OUT (or /tmp).
 # Exit status 0 only if every step ran and agreed.
 #
+# `run.sh gloo2` instead checks the data-parallel path of `--gpus N` with
+# two ranks sharing one GPU over Gloo (below, at the mode) and prints PASS
+# or FAIL; DEVICE=cpu runs the same with CPU ranks.
+#
 # `run.sh main` instead trains the embedded default (examples/arith/train.cac
 # with the staged grpo bundle) on $DEVICE and prints its accuracy before and
 # after RL and its time per phase, for docs/benchmarks.md. `run.sh gen`
@@ -193,6 +197,80 @@ sys.exit(0 if ok else 1)
 PY
 }
 
+# `run.sh gloo2`: the data-parallel code path of `--gpus N` with two ranks
+# on one GPU. NCCL refuses two ranks on one device, so they all-reduce with
+# Gloo on their CUDA tensors: `--workers N --device cuda` is `--gpus N` with
+# Gloo for NCCL (the launcher, the rank->device mapping, the gradient buckets
+# and the metric sums are the same code; docs/training.md). A tiny GRPO file
+# trained by one rank on $DEVICE and by two ranks sharing it must log the
+# same metrics (the data-parallel equality of the CPU's `--workers 1` vs
+# `--workers 2` test), and the two-rank run stopped after its first RL step
+# and `--resume`d must log the uninterrupted one's. Prints PASS or FAIL.
+if [ "${1:-}" = gloo2 ]; then
+  fail() {
+    echo "gloo2: FAIL: $*"
+    if grep -q "without ProcessGroupGloo" "$out"/gloo2-*.log 2>/dev/null; then
+      [ -f "$deps/include/gloo/algorithm.h" ] ||
+        echo "no $deps/include/gloo: run scripts/gpu/stage.sh again where the compiler is (it stages Gloo's headers) and carry .gpu-deps"
+      grep -h "ProcessGroupGloo" "$out/configure.log" 2>/dev/null
+      # Why the configure check did not compile, where the build is here.
+      grep -h -m5 "error:" "${build:-/nonexistent}/CMakeFiles/CMakeConfigureLog.yaml" \
+        "${build:-/nonexistent}/CMakeFiles/CMakeError.log" 2>/dev/null
+    fi
+    exit 1
+  }
+  case $device in
+  cpu) ranks="cpu, cpu" ;;
+  cuda) # as many GPUs as cac-run's LibTorch sees (CUDA_VISIBLE_DEVICES)
+    gpus=$($py -c "import torch; print(torch.cuda.device_count())" 2>/dev/null)
+    [ "${gpus:-0}" -ge 1 ] 2>/dev/null || fail "torch sees no GPU ('$gpus')"
+    ranks="cuda:0, cuda:$((1 % gpus))" ;;
+  *) ranks="$device, $device" ;;
+  esac
+  cat >"$work/dp.cac" <<CAC
+train dp {
+  model = builtin("custom", hidden = 16, layers = 1, heads = 2, kv_heads = 1, ffn = 32, max_positions = 32)
+  task = arith(min_level = 1, max_level = 1)
+  estimator = bundle("$bundles/grpo")
+  critic = none
+  rollout = group(n = 4, max_tokens = 4)
+  prompts = 8
+  minibatches = 2
+  warm_start = sft(steps = 40, batch = 8, lr = 1e-2)
+  steps = 2
+  eval = greedy(every = 1, size = 6)
+  checkpoint_every = 1
+  threads = 1
+  seed = 5
+}
+CAC
+  g2run() { # NAME ARGS...: dp.cac on $DEVICE, its log in $out/gloo2-NAME.log
+    local name=$1
+    shift
+    "$run" "$work/dp.cac" --device "$device" --no-progress "$@" \
+      >"$out/gloo2-$name.log" 2>&1 ||
+      { tail -20 "$out/gloo2-$name.log"; fail "the run '$name' ($*) failed"; }
+  }
+  g2run one --workers 1 --out "$work/g-one"
+  g2run two --workers 2 --out "$work/g-two"
+  grep -h "workers (" "$out/gloo2-one.log" "$out/gloo2-two.log"
+  grep -q "2 workers (gloo on $ranks)" "$out/gloo2-two.log" ||
+    fail "the two ranks did not run on $ranks over Gloo (gloo2-two.log above)"
+  g2run cut --workers 2 --steps 1 --out "$work/g-cut"
+  g2run resume --workers 2 --resume --out "$work/g-cut"
+  grep -h "resuming" "$out/gloo2-resume.log"
+  cp "$work/g-one/metrics.jsonl" "$out/gloo2-one-metrics.jsonl"
+  cp "$work/g-two/metrics.jsonl" "$out/gloo2-two-metrics.jsonl"
+  ok=1
+  compare "$work/g-one/metrics.jsonl" "$work/g-two/metrics.jsonl" 43 \
+    "one rank vs two ranks on $ranks (gloo)" signal || ok=0
+  compare "$work/g-two/metrics.jsonl" "$work/g-cut/metrics.jsonl" 43 \
+    "two ranks: stopped after RL step 1 and --resume'd vs uninterrupted" signal || ok=0
+  [ $ok = 1 ] || fail "the metrics differ (above)"
+  echo "gloo2: PASS: two ranks on $ranks over Gloo give one rank's metrics, and their --resume the uninterrupted run's"
+  exit 0
+fi
+
 # 2. Per method: SFT on the CPU, then one RL step on the CPU and on the
 # device from its checkpoint.
 for m in grpo gae gae_dense sapo sppo spo_chain spo_tree treeadv sapo_segment gspo; do
@@ -242,9 +320,9 @@ rows=$(grep -c . "$work/long/metrics.jsonl" 2>/dev/null || echo 0)
 # do not depend on the worker count; a single process draws from one
 # sequential generator. The SFT rows and the eval before RL are the same
 # computation as step 3's; the RL rows are compared with one Gloo worker on
-# the CPU where this cac-run has Gloo (pip's LibTorch has no Gloo headers:
-# then the first RL row is printed, to compare with `cac-run --workers 1`
-# on a machine that has it).
+# the CPU where this cac-run has Gloo (pip's LibTorch ships no Gloo headers;
+# scripts/gpu/stage.sh stages Debian's: without them the first RL row is
+# printed, to compare with `cac-run --workers 1` on a machine that has it).
 if [ "${NCCL:-1}" = 1 ]; then
   "$run" "$work/long.cac" --gpus 1 --out "$work/nccl" --no-progress \
     >"$out/nccl.log" 2>&1 || { echo "--gpus 1 failed:"; tail -20 "$out/nccl.log"; status=1; }

@@ -15,6 +15,7 @@
 #include "cac/Runtime/Model/Safetensors.h"
 #include "cac/Runtime/Train/Distributed.h"
 #include "cac/Runtime/Train/ReplayBuffer.h"
+#include "cac/Runtime/Train/Trainer.h"
 
 #include <nlohmann/json.hpp>
 #include <torch/cuda.h>
@@ -26,6 +27,7 @@
 #include <csignal>
 #include <cstdio>
 #include <fstream>
+#include <optional>
 #include <set>
 #include <sstream>
 #include <thread>
@@ -198,7 +200,13 @@ protected:
   void compareOneAndTwo(const fs::path &file, size_t rlSteps = 2) {
     fs::path one = dir_ / "one", two = dir_ / "two";
     ASSERT_EQ(cacRun(file.string() + " --workers 1 --out " + one.string()), 0);
-    ASSERT_EQ(cacRun(file.string() + " --workers 2 --out " + two.string()), 0);
+    std::string err;
+    ASSERT_EQ(
+        cacRun(file.string() + " --workers 2 --out " + two.string(), &err), 0);
+    // Rank 0 names every rank's device (a collective of all of them).
+    EXPECT_NE(err.find("cac-run: 2 workers (gloo on cpu, cpu); "),
+              std::string::npos)
+        << err;
     auto m1 = metrics(one), m2 = metrics(two);
     // 40 SFT rows, the RL-start eval, the RL rows; some reward to learn from.
     ASSERT_EQ(m1.size(), 41 + rlSteps);
@@ -395,6 +403,51 @@ TEST_F(DistributedTest, BadDevicesAreUsageErrors) {
       << err;
 }
 
+// The devices of data-parallel workers: bad combinations stop cac-run with
+// exit status 2 before a worker starts (the launcher checks what its workers
+// will).
+TEST_F(DistributedTest, BadWorkerDevicesAreUsageErrors) {
+  std::string err;
+  // An NCCL rank on the CPU.
+  EXPECT_EQ(shell("LOCAL_RANK=0 " + std::string(CAC_TEST_CAC_RUN) +
+                      " whatever.cac --worker nccl --device cpu",
+                  &err),
+            2);
+  EXPECT_NE(err.find("--worker nccl runs on a GPU; --device cpu is for Gloo "
+                     "workers"),
+            std::string::npos)
+      << err;
+  // --gpus chooses the devices itself.
+  EXPECT_EQ(cacRun("whatever.cac --gpus 2 --device cuda", &err), 2);
+  EXPECT_NE(err.find(haveNccl() ? "--gpus N puts worker r on cuda:r"
+                                : "--gpus: this cac-run was built against a "
+                                  "LibTorch without NCCL"),
+            std::string::npos)
+      << err;
+  if (torch::cuda::is_available()) {
+    // More NCCL ranks than GPUs: NCCL would refuse two ranks on one GPU.
+    int64_t n = static_cast<int64_t>(torch::cuda::device_count());
+    if (haveNccl()) {
+      EXPECT_EQ(cacRun("whatever.cac --gpus " + std::to_string(n + 1), &err),
+                2);
+      EXPECT_NE(err.find("has no GPU of its own"), std::string::npos) << err;
+    }
+    return;
+  }
+  // Gloo workers on a GPU where this LibTorch sees none: the launcher says
+  // so, and so does a worker started by another launcher.
+  EXPECT_EQ(cacRun("whatever.cac --workers 2 --device cuda", &err), 2);
+  EXPECT_NE(err.find("--device cuda: this LibTorch sees no CUDA device"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(shell("LOCAL_RANK=1 " + std::string(CAC_TEST_CAC_RUN) +
+                      " whatever.cac --worker gloo --device cuda",
+                  &err),
+            2);
+  EXPECT_NE(err.find("this LibTorch sees no CUDA device"), std::string::npos)
+      << err;
+}
+
 TEST_F(DistributedTest, BadLauncherFlagsAreUsageErrors) {
   needBundles();
   fs::path file = writeFile("grpo", "");
@@ -501,6 +554,41 @@ TEST(DistributedPieces, ShardsCoverTheRangeInOrder) {
       }
       EXPECT_EQ(next, n);
     }
+}
+
+TEST(DistributedPieces, RanksTakeTheGpusInTurn) {
+  auto gpu = [](int rank, int64_t gpus, bool share) {
+    std::optional<c10::Device> d = rankGpu(rank, gpus, share);
+    return d ? d->str() : std::string("none");
+  };
+  // One GPU each where there are enough, whatever the backend.
+  for (bool share : {false, true}) {
+    EXPECT_EQ(gpu(0, 2, share), "cuda:0");
+    EXPECT_EQ(gpu(1, 2, share), "cuda:1");
+    EXPECT_EQ(gpu(1, 8, share), "cuda:1");
+    EXPECT_EQ(gpu(0, 0, share), "none");
+    EXPECT_EQ(gpu(-1, 2, share), "none");
+  }
+  // Fewer GPUs than ranks: Gloo ranks share them in turn; NCCL ranks past
+  // the last GPU have none.
+  EXPECT_EQ(gpu(1, 1, true), "cuda:0");
+  EXPECT_EQ(gpu(2, 2, true), "cuda:0");
+  EXPECT_EQ(gpu(3, 2, true), "cuda:1");
+  EXPECT_EQ(gpu(1, 1, false), "none");
+  EXPECT_EQ(gpu(2, 2, false), "none");
+  // A worker's cpu stays the CPU; its cuda is rankGpu's where there is one.
+  c10::Device d(c10::kCPU);
+  EXPECT_EQ(checkWorkerDevice("cpu", 3, true, d), "");
+  EXPECT_TRUE(d.is_cpu());
+  if (torch::cuda::is_available()) {
+    int64_t n = static_cast<int64_t>(torch::cuda::device_count());
+    EXPECT_EQ(checkWorkerDevice("cuda", 3, true, d), "");
+    EXPECT_EQ(d.str(), gpu(3, n, true));
+  } else {
+    EXPECT_NE(checkWorkerDevice("cuda", 0, true, d)
+                  .find("this LibTorch sees no CUDA device"),
+              std::string::npos);
+  }
 }
 
 TEST(DistributedPieces, RolloutUniformsArePositional) {

@@ -2,9 +2,10 @@
 //
 // Data parallelism for the trainer (docs/training.md, "Data-parallel
 // training"): N worker processes, one per rank, meet through c10d's TCPStore
-// (hosted by rank 0) and all-reduce with ProcessGroupGloo on the CPU, or with
-// ProcessGroupNCCL where the LibTorch found at configure time provides it
-// (CAC_HAVE_NCCL).
+// (hosted by rank 0) and all-reduce the tensors of their device with
+// ProcessGroupGloo (CPU or CUDA tensors) or ProcessGroupNCCL (CUDA), each
+// where the LibTorch found at configure time provides it (CAC_HAVE_GLOO,
+// CAC_HAVE_NCCL). The backend is the only difference between the two.
 //
 // A Communicator is what the trainer sees of the process group: sums of
 // scalars and of gradients, and a barrier. launchWorkers() is the local
@@ -40,8 +41,11 @@ struct DistOptions {
   DistBackend backend = DistBackend::Gloo;
   int rank = 0;
   int worldSize = 1;
-  /// Rank on this node (selects the GPU with NCCL).
-  int localRank = 0;
+  /// Where the collectives' tensors live: the worker's device (its
+  /// cuda:LOCAL_RANK under --gpus, a GPU that ranks may share with Gloo, or
+  /// the CPU). It becomes the process's current device. NCCL needs a GPU;
+  /// Gloo takes CPU and CUDA tensors alike.
+  at::Device device{at::kCPU};
   /// The TCPStore's host (rank 0 listens there) and port.
   std::string masterAddr = "127.0.0.1";
   int masterPort = 29500;

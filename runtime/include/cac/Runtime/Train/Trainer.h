@@ -32,6 +32,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -90,6 +91,21 @@ struct TrainerOptions {
 /// Parses a --device value ("cpu", "cuda", "cuda:N") and checks that this
 /// LibTorch can use it; returns an error message for the user, or empty.
 std::string checkDevice(const std::string &spec, c10::Device &out);
+
+/// The GPU of the data-parallel worker of local rank \p localRank (its rank
+/// on this node) on a node with \p gpus CUDA devices: cuda:localRank, the
+/// same mapping for every backend. With fewer GPUs than ranks, \p share
+/// (Gloo) puts the ranks on the GPUs in turn, cuda:(localRank mod gpus);
+/// without it (NCCL refuses two ranks on one device), or without a GPU, the
+/// rank has none: nullopt.
+std::optional<c10::Device> rankGpu(int localRank, int64_t gpus, bool share);
+
+/// checkDevice for a data-parallel worker of local rank \p localRank:
+/// `cuda` without an index is the rank's own GPU (rankGpu, shared with
+/// other ranks when \p share allows); `cpu` and `cuda:N` are kept as they
+/// are. Returns an error message for the user, or empty.
+std::string checkWorkerDevice(const std::string &spec, int localRank,
+                              bool share, c10::Device &out);
 
 /// Runs a training configuration.
 class Trainer {
