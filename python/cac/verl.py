@@ -106,7 +106,14 @@ def policy_loss(path, params=None, **load_args):
     seq-mean-token-sum-norm the divisor is norm_len from params, else the
     mask's width T (verl's default loss_scale_factor). metrics holds
     actor/ppo_kl and, when the objective outputs `clipped`,
-    actor/pg_clipfrac."""
+    actor/pg_clipfrac.
+
+    rollout_is_weights (verl's rollout importance-sampling weights) go to
+    the objective's `is_weight` input (stdlib/*_is.cac), which multiplies
+    the per-token policy loss; without them such an objective gets weights
+    1. Rows whose response_mask is all 0 (verl's rejection sampling or veto
+    removed the sequence) are left out: they add nothing to verl's loss
+    and do not count in its seq-mean modes."""
     obj = load(path, params, **load_args)
     if not hasattr(obj, "loss"):
         raise ValueError(f"{path}: a policy loss needs an objective (a file "
@@ -117,30 +124,55 @@ def policy_loss(path, params=None, **load_args):
     def fn(old_log_prob, log_prob, advantages, response_mask,
            loss_agg_mode="token-mean", config=None, rollout_is_weights=None,
            **kwargs):
-        if rollout_is_weights is not None:
-            raise ValueError(f"{who}: rollout_is_weights is not supported "
-                             "(turn off verl's rollout importance sampling)")
         given = {"logp_new": log_prob, "logp": old_log_prob,
                  "adv": advantages, **kwargs}
+        if "is_weight" in obj.inputs:
+            given["is_weight"] = (torch.ones_like(log_prob) if rollout_is_weights
+                                  is None else rollout_is_weights)
+        elif rollout_is_weights is not None:
+            raise ValueError(
+                f"{who}: rollout_is_weights needs an objective with an input "
+                "'is_weight' (stdlib/ppo_clip_is.cac, ppo_kl_is, gspo_token_is, "
+                "ppo_dual_clip_is, ppo_dual_clip_kl_is; docs/stdlib.md)")
         kw = {"mask": response_mask}
         for name in obj.inputs:
             kw[name] = _input(name, given, who)
+        m = (response_mask != 0).to(log_prob.dtype)
+        n = m.sum().clamp(min=1)
+        metrics = {"actor/ppo_kl": ((old_log_prob - log_prob.detach()) * m).sum() / n}
+        rows = m.sum(dim=-1) > 0
+        if not bool(rows.any()):
+            return (log_prob * 0).sum(), metrics
+        if not bool(rows.all()):
+            kw = {k: _rows(v, rows) for k, v in kw.items()}
         extra_args = {}
         if "aggregation" in obj.params:
             extra_args["aggregation"] = loss_agg_mode
             if not fixed_norm:
                 extra_args["norm_len"] = response_mask.shape[-1]
         loss, extra = obj.loss(return_outputs=True, **kw, **extra_args)
-        m = (response_mask != 0).to(log_prob.dtype)
-        n = m.sum().clamp(min=1)
-        metrics = {"actor/ppo_kl": ((old_log_prob - log_prob.detach()) * m).sum() / n}
-        if "clipped" in extra and extra["clipped"].shape == m.shape:
-            metrics["actor/pg_clipfrac"] = (extra["clipped"] * m).sum() / n
+        clipped = extra.get("clipped")
+        if clipped is not None and clipped.shape == kw["mask"].shape:
+            full = torch.zeros_like(m)
+            full[rows] = clipped.to(m.dtype)
+            metrics["actor/pg_clipfrac"] = (full * m).sum() / n
         return loss, metrics
 
     fn.objective = obj
     fn.__name__ = f"cac_{obj.name}"
     return fn
+
+
+def _rows(x, rows):
+    """The rows `rows` (a [B] bool tensor) of a per-sequence input: a tensor
+    or array whose first dimension is B; anything else as it is."""
+    if isinstance(x, torch.Tensor) and x.dim() >= 1 and x.shape[0] == rows.shape[0]:
+        return x[rows.to(x.device)]
+    if hasattr(x, "shape") and len(x.shape) >= 1 and x.shape[0] == rows.shape[0]:
+        return x[rows.cpu().numpy()]
+    if isinstance(x, (list, tuple)) and len(x) == rows.shape[0]:
+        return [v for v, keep in zip(x, rows.tolist()) if keep]
+    return x
 
 
 def _core_algos():

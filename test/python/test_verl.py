@@ -14,8 +14,9 @@ import torch
 import cac
 import cac.verl
 from conftest import STDLIB, assert_close
-from verl_reference import (ref_gae, ref_grpo, ref_grpo_vectorized, ref_rloo,
-                            ref_rloo_vectorized, ref_vanilla_policy_loss)
+from verl_reference import (ref_agg_seq_mask, ref_gae, ref_grpo, ref_grpo_vectorized,
+                            ref_rloo, ref_rloo_vectorized, ref_rollout_correction,
+                            ref_vanilla_pg_losses, ref_vanilla_policy_loss)
 
 # --- batches -----------------------------------------------------------
 
@@ -161,6 +162,108 @@ def test_policy_loss_equals_verl_vanilla(mode):
     assert_close(x.grad, y.grad, 1e-12, f"gradient ({mode})")
     m = mask
     assert_close(metrics["actor/ppo_kl"], ((old - new) * m).sum() / m.sum(), 1e-12, "ppo_kl")
+    assert 0 <= float(metrics["actor/pg_clipfrac"]) <= 1
+
+
+# verl's rollout correction: (rollout_is, batch_normalize, rollout_rs, rs_threshold,
+# rs_threshold_lower, veto). The geometric and sequence rejections remove whole rows.
+ROLLOUT_CONFIGS = [
+    ("token", False, None, 2.0, None, None),
+    ("sequence", False, None, 2.0, None, None),
+    ("token", True, "token", 1.5, None, None),
+    ("sequence", True, "geometric", 1.1, None, None),
+    (None, False, "sequence", 3.0, 0.5, None),
+    ("token", False, None, 2.0, None, 0.3),
+]
+
+
+def rollout_batch(seed):
+    """A verl batch with rollout log-probs that differ from old_log_prob: most
+    tokens a little, some a lot (ratios past the thresholds, a catastrophic one
+    for the veto)."""
+    _, mask, _, _ = verl_batch(seed, holes=True, dtype=torch.float64)
+    g = torch.Generator().manual_seed(seed)
+    old = -torch.rand(mask.shape, generator=g, dtype=torch.float64) * 2
+    rollout = old + 0.15 * torch.randn(mask.shape, generator=g, dtype=torch.float64)
+    far = torch.rand(mask.shape, generator=g, dtype=torch.float64) < 0.05
+    rollout = torch.where(far, old + 2.5, rollout)
+    new = old + 0.4 * torch.randn(mask.shape, generator=g, dtype=torch.float64)
+    adv = torch.randn(mask.shape, generator=g, dtype=torch.float64)
+    return old, rollout, new, adv, mask
+
+
+@pytest.mark.parametrize("config", ROLLOUT_CONFIGS)
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean",
+                                  "seq-mean-token-sum", "seq-mean-token-sum-norm"])
+def test_policy_loss_with_rollout_is_weights_equals_verl(config, mode):
+    rollout_is, normalize, rollout_rs, rs_hi, rs_lo, veto = config
+    old, rollout, new, adv, mask = rollout_batch(11)
+    weights, rs_mask = ref_rollout_correction(old, rollout, mask, rollout_is, 2.0, normalize,
+                                              rollout_rs, rs_hi, rs_lo, veto)
+    if rollout_rs is not None or veto is not None:
+        assert 0 < rs_mask.sum() < mask.sum(), "the rejection should remove some tokens"
+    if rollout_rs in ("sequence", "geometric") or veto is not None:
+        assert (rs_mask.sum(-1) == 0).any(), "the rejection should remove whole rows"
+    fn = cac.verl.policy_loss(STDLIB / "ppo_dual_clip_is.cac",
+                              {"eps_low": 0.2, "eps_high": 0.28, "dual_clip": 3.0})
+    x = new.clone().requires_grad_()
+    loss, _ = fn(old, x, adv, rs_mask, loss_agg_mode=mode, rollout_is_weights=weights)
+    loss.backward()
+    y = new.clone().requires_grad_()
+    pg = ref_vanilla_pg_losses(old, y, adv, 0.2, 0.28, 3.0)
+    if weights is not None:
+        pg = pg * weights
+    want = ref_agg_seq_mask(pg, rs_mask, mode)
+    want.backward()
+    assert_close(loss.detach(), want.detach(), 1e-7, f"loss ({mode}, {config})")
+    assert_close(x.grad, y.grad, 1e-7, f"gradient ({mode}, {config})")
+
+
+@pytest.mark.parametrize("config", ROLLOUT_CONFIGS)
+def test_rollout_is_estimator_equals_verls_weights_and_mask(config):
+    """stdlib/rollout_is.cac: verl's weights where its rejection keeps the
+    token, 0 where it does not."""
+    rollout_is, normalize, rollout_rs, rs_hi, rs_lo, veto = config
+    old, rollout, _, _, mask = rollout_batch(12)
+    weights, rs_mask = ref_rollout_correction(old, rollout, mask, rollout_is, 2.0, normalize,
+                                              rollout_rs, rs_hi, rs_lo, veto)
+    levels = {None: 0, "token": 1, "sequence": 2, "geometric": 3}
+    est = cac.load(STDLIB / "rollout_is.cac", {
+        "is_level": levels[rollout_is], "is_threshold": 2.0, "is_normalize": int(normalize),
+        "rs_level": levels[rollout_rs], "rs_threshold": rs_hi,
+        "rs_threshold_lower": rs_lo or 0.0, "veto": veto or 0.0})
+    got = est(logp=old, logp_rollout=rollout, mask=mask)["is_weight"]
+    want = (weights if weights is not None else mask) * rs_mask
+    assert_close(got, want, 1e-12, f"is_weight ({config})")
+
+
+def test_rollout_is_weights_and_a_fully_rejected_batch():
+    """Every row rejected: verl's loss is 0 and so is the gradient; an
+    objective without is_weight refuses the weights and names the *_is files."""
+    old, rollout, new, adv, mask = rollout_batch(13)
+    fn = cac.verl.policy_loss(STDLIB / "ppo_clip_is.cac")
+    x = new.clone().requires_grad_()
+    loss, _ = fn(old, x, adv, torch.zeros_like(mask), rollout_is_weights=torch.ones_like(old))
+    loss.backward()
+    assert float(loss) == 0.0 and float(x.grad.abs().sum()) == 0.0
+    plain = cac.verl.policy_loss(STDLIB / "ppo_clip.cac")
+    with pytest.raises(ValueError, match="ppo_clip_is.cac"):
+        plain(old, new, adv, mask, rollout_is_weights=torch.ones_like(old))
+
+
+def test_is_objective_without_weights_equals_the_plain_objective():
+    """No rollout_is_weights: an *_is objective gets weights 1 and gives
+    verl's vanilla loss."""
+    old, _, new, adv, mask = rollout_batch(14)
+    fn = cac.verl.policy_loss(STDLIB / "ppo_dual_clip_is.cac")
+    x = new.clone().requires_grad_()
+    loss, metrics = fn(old, x, adv, mask, loss_agg_mode="seq-mean-token-mean")
+    loss.backward()
+    y = new.clone().requires_grad_()
+    want = ref_agg_seq_mask(ref_vanilla_pg_losses(old, y, adv), mask, "seq-mean-token-mean")
+    want.backward()
+    assert_close(loss.detach(), want.detach(), 1e-7, "loss")
+    assert_close(x.grad, y.grad, 1e-7, "gradient")
     assert 0 <= float(metrics["actor/pg_clipfrac"]) <= 1
 
 

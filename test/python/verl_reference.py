@@ -130,3 +130,80 @@ def ref_rloo_vectorized(rewards, mask, index):
     adv = (c * scores - sums) / (c - 1).clamp_min(1) * (c > 1)
     adv = adv[:, None] * mask
     return adv, adv
+
+
+# --- rollout correction (verl/trainer/ppo/rollout_corr_helper.py) --------
+
+
+def ref_rollout_correction(old, rollout, mask, rollout_is=None, is_threshold=2.0,
+                           batch_normalize=False, rollout_rs=None, rs_threshold=2.0,
+                           rs_threshold_lower=None, veto=None):
+    """verl's compute_rollout_correction_and_rejection_mask: (rollout_is_weights or
+    None, modified_response_mask). The weights: exp of the clamped token log ratio
+    (rollout_is="token") or of its masked row sum ("sequence"), times the mask,
+    truncated at is_threshold, detached, optionally divided by their batch mean. The
+    mask: rejection of tokens / sequences whose ratio (token, sequence or geometric)
+    leaves [lower, upper], and the veto of sequences with a token ratio below veto."""
+    m = mask.to(old.dtype)
+    log_ratio = old - rollout
+    weights = None
+    if rollout_is is not None:
+        if rollout_is == "token":
+            w = torch.exp(log_ratio.clamp(-20.0, 20.0))
+        else:
+            w = torch.exp((log_ratio * m).sum(-1, keepdim=True).clamp(-20.0, 20.0))
+            w = w.expand_as(log_ratio)
+        w = (w * m).clamp(max=is_threshold).detach()
+        if batch_normalize:
+            if rollout_is == "token":
+                mean = (w * m).sum() / m.sum()
+            else:
+                seq_w = (w * m).sum(-1) / m.sum(-1)
+                seq_m = (m.sum(-1) > 0).to(w.dtype)
+                mean = (seq_w * seq_m).sum() / seq_m.sum()
+            if mean > 1e-8:
+                w = w / mean
+        weights = w
+    out_mask = m.clone()
+    if rollout_rs is not None:
+        lower = rs_threshold_lower if rs_threshold_lower is not None else 1.0 / rs_threshold
+        if rollout_rs == "token":
+            r = torch.exp(log_ratio.clamp(-20.0, 20.0))
+        elif rollout_rs == "sequence":
+            r = torch.exp((log_ratio * m).sum(-1, keepdim=True).clamp(-20.0, 20.0))
+        else:
+            r = torch.exp(((log_ratio * m).sum(-1, keepdim=True) / m.sum(-1, keepdim=True))
+                          .clamp(-20.0, 20.0))
+        keep = ((r >= lower) & (r <= rs_threshold)).to(m.dtype)
+        out_mask = m * keep.expand_as(m)
+    if veto is not None:
+        bad = ((log_ratio < torch.log(torch.tensor(veto, dtype=old.dtype))) & (m != 0))
+        out_mask = out_mask * (~bad.any(-1, keepdim=True)).to(m.dtype)
+    return weights, out_mask
+
+
+def ref_agg_seq_mask(lmat, mask, mode):
+    """verl's agg_loss with one process: the seq-mean modes leave fully masked
+    sequences out of B (seq_mask); seq-mean-token-mean divides by count + 1e-8;
+    seq-mean-token-sum-norm divides by the width T (loss_scale_factor unset)."""
+    m = mask.to(lmat.dtype)
+    if mode == "token-mean":
+        return (lmat * m).sum() / m.sum()
+    count = m.sum(-1)
+    seq_m = (count > 0).to(lmat.dtype)
+    if mode == "seq-mean-token-mean":
+        seq = (lmat * m).sum(-1) / (count + 1e-8)
+    else:
+        seq = (lmat * m).sum(-1)
+    loss = (seq * seq_m).sum() / seq_m.sum()
+    return loss / mask.shape[-1] if mode == "seq-mean-token-sum-norm" else loss
+
+
+def ref_vanilla_pg_losses(old, new, adv, low=0.2, high=0.2, c=3.0):
+    """compute_policy_loss_vanilla's pg_losses before rollout_is_weights and agg_loss."""
+    ratio = torch.exp((new - old).clamp(-20.0, 20.0))
+    l1 = -adv * ratio
+    l2 = -adv * torch.clamp(ratio, 1 - low, 1 + high)
+    clip1 = torch.maximum(l1, l2)
+    clip2 = torch.minimum(-adv * c, clip1)
+    return torch.where(adv < 0, clip2, clip1)

@@ -1502,6 +1502,148 @@ VERL_OBJECTIVES = {
 }
 
 
+# --- Rollout importance-sampling correction (verl's rollout_corr_helper.py) ---------------
+
+ROLLOUT_SAFETY_BOUND = 20.0
+
+
+def _safe_exp(x):
+    """exp(clamp(x, -20, 20)): verl's SAFETY_BOUND before every exponentiation."""
+    return math.exp(min(max(x, -ROLLOUT_SAFETY_BOUND), ROLLOUT_SAFETY_BOUND))
+
+
+def rollout_is_rows(logp, logp_rollout, p):
+    """verl compute_rollout_correction_and_rejection_mask on ragged rows, returned as one
+    weight per token: the IS weight (compute_rollout_correction_weights: token or sequence
+    level, truncated at rollout_is_threshold, optionally divided by its batch mean) where
+    the token survives rejection sampling (compute_rollout_rejection_mask: token, sequence or
+    geometric ratio inside [lower, upper]) and the veto (no token of the sequence with
+    log ratio < log(veto)); 0 where it does not (verl: modified_response_mask = 0).
+    p: is_level 0/1/2 (off/token/sequence), is_threshold, is_normalize, rs_level 0/1/2/3
+    (off/token/sequence/geometric), rs_threshold, rs_threshold_lower (0: 1/upper), veto
+    (0: off)."""
+    is_level = as_int("is_level", p["is_level"], 0)
+    rs_level = as_int("rs_level", p["rs_level"], 0)
+    C = p["is_threshold"]
+    lr = [[a - b for a, b in zip(r, q)] for r, q in zip(logp, logp_rollout)]
+    sums = [math.fsum(r) for r in lr]
+    if is_level == 1:
+        w = [[min(_safe_exp(x), C) for x in r] for r in lr]
+    elif is_level == 2:
+        w = [[min(_safe_exp(s), C)] * len(r) for s, r in zip(sums, lr)]
+    else:
+        w = [[1.0] * len(r) for r in lr]
+    if is_level and flag(p["is_normalize"]):
+        if is_level == 1:  # masked_mean over every valid token of the batch
+            mean_w = math.fsum(x for r in w for x in r) / sum(len(r) for r in w)
+        else:  # the mean of the per-sequence weights
+            mean_w = math.fsum(r[0] for r in w) / len(w)
+        if mean_w > 1e-8:
+            w = [[x / mean_w for x in r] for r in w]
+    upper = p["rs_threshold"]
+    lower = p["rs_threshold_lower"] if p["rs_threshold_lower"] > 0 else 1.0 / upper
+    out = []
+    for i, r in enumerate(lr):
+        keep = [True] * len(r)
+        if rs_level == 1:
+            keep = [lower <= _safe_exp(x) <= upper for x in r]
+        elif rs_level in (2, 3):
+            x = sums[i] if rs_level == 2 else sums[i] / len(r)
+            keep = [lower <= _safe_exp(x) <= upper] * len(r)
+        if p["veto"] > 0 and any(x < math.log(p["veto"]) for x in r):
+            keep = [False] * len(r)
+        out.append([wt if k else 0.0 for wt, k in zip(w[i], keep)])
+    return out
+
+
+def eval_rollout_is(b, p):
+    return _output(b, token={"is_weight": rollout_is_rows(b.tok("logp"), b.tok("logp_rollout"),
+                                                          p)})
+
+
+METHODS["rollout_is"] = (eval_rollout_is,
+                         {"is_level": 1, "is_threshold": 2.0, "is_normalize": 0, "rs_level": 0,
+                          "rs_threshold": 2.0, "rs_threshold_lower": 0.0, "veto": 0.0},
+                         {"token": ["logp", "logp_rollout"]}, [("token", "is_weight")], [])
+
+
+def is_weighted_objective(t, agg, per_token, ratio_of=None):
+    """A verl policy loss with rollout_is_weights w = t["is_weight"] (ragged rows): the
+    per-token policy loss times w, plus an unweighted extra term (verl's kl_loss, aggregated
+    over the same mask), aggregated by `agg` over the tokens with w > 0 (verl's response
+    mask after rejection: a token of weight 0 is left out of the loss and its denominator).
+    per_token(i, j, ctx) -> (pg loss, d pg / d logp_new, extra, d extra / d logp_new);
+    ratio_of(i, keep_row) -> ctx, computed once per sequence (GSPO's sequence ratio)."""
+    w = t["is_weight"]
+    keep = [[1.0 if x > 0 else 0.0 for x in r] for r in w]
+    coef = agg_coefficients(keep, agg_mode(agg))
+    terms, grad = [], []
+    for i in range(len(w)):
+        ctx = ratio_of(i, keep[i]) if ratio_of else None
+        g = []
+        for j in range(len(w[i])):
+            if not keep[i][j]:
+                g.append(0.0)
+                continue
+            l, dl, e, de = per_token(i, j, ctx)
+            terms.append(coef[i][j] * (l * w[i][j] + e))
+            g.append(coef[i][j] * (dl * w[i][j] + de))
+        grad.append(g)
+    return math.fsum(terms), grad
+
+
+def obj_is(name, t, agg, p):
+    """The *_is objectives: ppo_clip, ppo_kl, gspo_token, ppo_dual_clip, ppo_dual_clip_kl
+    with verl's rollout IS weights (is_weighted_objective)."""
+    n, o, A = t["logp_new"], t["logp"], t["adv"]
+    el = p.get("eps_low", 3e-4 if name == "gspo_token_is" else 0.2)
+    eh = p.get("eps_high", 4e-4 if name == "gspo_token_is" else 0.2)
+    ratio_of = None
+    if name in ("ppo_clip_is", "ppo_kl_is"):
+        dual = p.get("dual_clip", 0.0) if name == "ppo_clip_is" else 0.0
+
+        def f(i, j, ctx):
+            r = math.exp(n[i][j] - o[i][j])
+            l, dr = clipped_surrogate(r, A[i][j], el, eh, dual)
+            e = de = 0.0
+            if name == "ppo_kl_is":
+                k, dk = kl_term(n[i][j] - t["logp_ref"][i][j],
+                                as_int("kl_type", p.get("kl_type", 3), 1))
+                e, de = p.get("kl_coef", 0.001) * k, p.get("kl_coef", 0.001) * dk
+            return l, dr * r, e, de
+    elif name == "gspo_token_is":
+        def ratio_of(i, keep_row):
+            # verl: the log ratio's mean over the (rejection-masked) response mask, its
+            # count clamped to at least 1; forward s_i, gradient s_i d logp_new[t].
+            kept = [n[i][j] - o[i][j] for j in range(len(keep_row)) if keep_row[j]]
+            return math.exp(math.fsum(kept) / max(len(kept), 1))
+
+        def f(i, j, s):
+            l, dr = clipped_surrogate(s, A[i][j], el, eh, 0.0)
+            return l, dr * s, 0.0, 0.0
+    elif name in ("ppo_dual_clip_is", "ppo_dual_clip_kl_is"):
+        q = dict(p)
+        if name == "ppo_dual_clip_kl_is":
+            q = dict({"kl_coef": 0.001, "kl_type": 3, "straight": 0}, **p)
+
+        def f(i, j, ctx):
+            l, d = verl_dual_clip_token(n[i][j], o[i][j], A[i][j], el, eh,
+                                        q.get("dual_clip", 3.0))
+            e = de = 0.0
+            if name == "ppo_dual_clip_kl_is":
+                v, g = verl_kl_penalty(n[i][j], t["logp_ref"][i][j],
+                                       as_int("kl_type", q["kl_type"], 1), flag(q["straight"]))
+                e, de = q["kl_coef"] * v, q["kl_coef"] * g
+            return l, d, e, de
+    else:
+        raise RefError(f"unknown rollout-IS objective {name}")
+    return is_weighted_objective(t, agg, f, ratio_of)
+
+
+IS_OBJECTIVES = ("ppo_clip_is", "ppo_kl_is", "gspo_token_is", "ppo_dual_clip_is",
+                 "ppo_dual_clip_kl_is")
+
+
 def objective(name, data, params=None):
     """{"loss": x, "grad": {domain: {variable: d loss / d variable}}} for an objective."""
     if name not in OBJECTIVES:
@@ -1572,6 +1714,13 @@ PARAM_CHOICES.update({
     "gigpo": {"step_w": [1.0, 0.5, 2.0], "std": [0, 1], "eps": [1e-6, 1e-4], "lone": [0, 1]},
 })
 GROUP_METHODS = GROUP_METHODS + ("gigpo", "group_keys")
+
+PARAM_CHOICES.update({
+    "rollout_is": {"is_level": [0, 1, 2], "is_threshold": [2.0, 1.0, 5.0, 1.5],
+                   "is_normalize": [0, 1], "rs_level": [0, 1, 2, 3],
+                   "rs_threshold": [2.0, 1.0, 3.0], "rs_threshold_lower": [0.0, 0.5, 1.0, 0.25],
+                   "veto": [0.0, 1e-4, 0.5]},
+})
 
 REQUIRED_DEFAULTS = {"sae": {"lambda": 0.95}}  # used for a required parameter in default mode
 
@@ -1952,6 +2101,8 @@ def _extend_batch(method, rng, data, lengths, reward_kind):
         data["token"]["logp_behavior"] = [
             [x if rng.random() < 0.2 else f32(min(0.0, x + rng.gauss(0, 0.5))) for x in r]
             for r in logp]
+    if method == "rollout_is":
+        data["token"]["logp"], data["token"]["logp_rollout"] = rollout_logp_rows(rng, lengths)
     if method == "turn_gae":
         _turn_batch(rng, data, lengths)
     if method == "gigpo":
@@ -1965,6 +2116,33 @@ def _extend_batch(method, rng, data, lengths, reward_kind):
                 v = r2[groups.index(g)]
                 r2 = [v if gg == g else x for gg, x in zip(groups, r2)]
         data["seq"]["reward2"] = r2
+
+
+def rollout_logp_rows(rng, lengths):
+    """logp and logp_rollout rows whose log ratios are on the grid k/64 (exact in f32, so
+    the ratios, sums and thresholds compare the same in every precision): mostly 0 (ratio 1
+    exactly, at the thresholds 1 of the parameter draws), small moves of both signs and now
+    and then a catastrophic one (below the veto's log 1e-4, past the +-20 clamp). A
+    sequence whose mean log ratio comes within 1e-3 of a threshold's log gets its first
+    ratio moved, so that the geometric mean never straddles one through rounding."""
+    logs = [math.log(x) for x in (2.0, 0.5, 1.0, 3.0, 1 / 3, 0.25, 4.0, 1.5, 2 / 3)]
+    old, roll = [], []
+    for n in lengths:
+        lr = []
+        for _ in range(n):
+            u = rng.random()
+            if u < 0.5:
+                lr.append(0.0)
+            elif u < 0.97:
+                lr.append(rng.randint(-48, 48) / 64)
+            else:
+                lr.append(rng.choice([-11.0, -22.0, 21.5, 0.5]))
+        while any(abs(math.fsum(lr) / n - c) < 1e-3 for c in logs if abs(c) > 0) and n > 1:
+            lr[0] += 1 / 64
+        a = [-rng.randint(0, 512) / 256 for _ in range(n)]
+        old.append(a)
+        roll.append([x - d for x, d in zip(a, lr)])
+    return old, roll
 
 
 def _gigpo_steps(rng, data):

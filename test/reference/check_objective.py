@@ -42,6 +42,8 @@ MODES = ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-to
 
 def batch_for(name, seed, max_len):
     """A random batch with the inputs the stdlib objective declares."""
+    if name in cacref.IS_OBJECTIVES:
+        return with_is_weight(batch_for(name[:-len("_is")], seed, max_len), name, seed)
     base = cacref.random_objective_batch("ppo_clip", seed, max_len)
     rng = random.Random(f"check-objective:{name}:{seed}")
     tok, seq = base["token"], base["seq"]
@@ -111,6 +113,31 @@ def batch_for(name, seed, max_len):
     return out
 
 
+def with_is_weight(batch, name, seed):
+    """The base objective's batch plus verl's rollout_is_weights as `is_weight`: per token
+    min(exp(k/64), 2) (TIS), the threshold 2 itself, 0 (rejected tokens); whole sequences
+    of one weight (sequence-level IS), of weight 0 (rejected sequences: out of B in the
+    seq-mean modes), length-1 sequences among them; at least one token kept."""
+    rng = random.Random(f"check-objective-is:{name}:{seed}")
+    rows = []
+    for r in batch["token"]["logp_new"]:
+        u = rng.random()
+        if u < 0.15:
+            rows.append([0.0] * len(r))
+        elif u < 0.4:
+            rows.append([rng.choice([2.0, 0.5, min(math.exp(rng.randint(-48, 48) / 64), 2.0)])]
+                        * len(r))
+        else:
+            rows.append([rng.choice([0.0, 2.0, min(math.exp(rng.randint(-48, 48) / 64), 2.0)])
+                         if rng.random() < 0.35 else min(math.exp(rng.randint(-48, 48) / 64), 2.0)
+                         for _ in r])
+    if not any(x > 0 for r in rows for x in r):
+        i = rng.randrange(len(rows))
+        rows[i] = [1.0] * len(rows[i])
+    batch["token"]["is_weight"] = [[cacref.f32(x) for x in r] for r in rows]
+    return batch
+
+
 def reference(name, batch, got, mode, params):
     """(loss, {domain: {var: grad}}) from cacref, or None where it has no model."""
     b = cacref.Batch(batch)
@@ -144,6 +171,8 @@ def reference(name, batch, got, mode, params):
     elif name == "value_bce":
         loss, g = cacref.bce_loss(batch["seq"]["value_new"], batch["seq"]["reward"])
         return loss, {"seq": {"value_new": g}}
+    elif name in cacref.IS_OBJECTIVES:
+        loss, g = cacref.obj_is(name, t, mode, params)
     elif name in cacref.VERL_OBJECTIVES:
         loss, g = cacref.VERL_OBJECTIVES[name](t, mode, params)
     else:
@@ -171,6 +200,18 @@ VARIANTS = {
     "gmpo": [{"eps_low": 0.2, "eps_high": 0.1}],
     "dro": [{"beta": 2.0}, {"beta": 0.01}],
 }
+
+
+# verl's rollout importance-sampling correction (an is_weight input; 0 drops the token).
+WRT.update({n: "logp_new" for n in cacref.IS_OBJECTIVES})
+VARIANTS.update({
+    "ppo_clip_is": [{"dual_clip": 3.0, "eps_high": 0.28}],
+    "ppo_kl_is": [{"kl_type": 1, "kl_coef": 0.1}, {"kl_type": 2, "kl_coef": 0.1}],
+    "ppo_dual_clip_is": [{"dual_clip": 1.5, "eps_high": 0.28}],
+    "ppo_dual_clip_kl_is": [{"kl_type": k, "straight": st, "kl_coef": 0.1}
+                            for k in (1, 3, 4) for st in (0, 1)],
+    "gspo_token_is": [{"eps_low": 0.2, "eps_high": 0.2}],
+})
 
 
 # KL-Cov and Clip-Cov: counts from one token to all of them, covariance bands that take

@@ -33,6 +33,7 @@ METHODS = ["gae", "sae", "grpo", "spo_chain", "sapo", "spo_tree", "vineppo", "re
            "reinforce_pp_baseline", "opo", "otb"]
 OBJECTIVES = ["ppo_clip", "sapo_loss", "gspo"]
 OBJECTIVES += ["kl_cov", "clip_cov"]  # batch_top_k over the actions, uniform at their positions
+METHODS += ["rollout_is"]  # sequence sums and means, batch means over the actions
 # Estimators that read turn_start: the observations make their turns. The plain batch gives
 # "turn_start" where the observations were inserted; the batch with them leaves it to cac
 # eval to derive (docs/language.md, "Observation tokens").

@@ -51,8 +51,34 @@ at::Tensor aggregateMasked(const at::Tensor &x, const at::Tensor &weight,
   if (weight.sizes() != x.sizes())
     throw std::invalid_argument("aggregateMasked: x and weight differ in size");
   at::Tensor xw = x * weight;
-  if (mode != Aggregation::TokenMean || x.size(0) == 0)
-    return aggregate(xw, tokenSeq, numSeqs, mode, normLength);
+  if (x.size(0) == 0 || numSeqs <= 0)
+    return xw.sum() * 0.0;
+  if (mode == Aggregation::TokenMean)
+    return xw.sum() / weight.sum().clamp_min(1.0);
+  at::Tensor idx = tokenSeq.to(at::kLong);
+  at::Tensor perSeq = at::zeros({numSeqs}, x.options()).index_add(0, idx, xw);
+  at::Tensor wSum = at::zeros({numSeqs}, weight.options())
+                        .index_add(0, idx, weight.detach());
+  at::Tensor kept = wSum > 0;
+  // A sequence the weights remove entirely neither adds nor counts in B, as
+  // the compiled objectives' mask and verl's agg_loss (its seq_mask).
+  double b = kept.sum().item<double>();
+  if (b == 0)
+    return xw.sum() * 0.0;
+  switch (mode) {
+  case Aggregation::SeqMeanTokenMean: {
+    // The unkept sequences divide by 1, not 0: their sums are 0 anyway, and a
+    // 0 / 0 there would put NaN into the gradient.
+    at::Tensor den = at::where(kept, wSum, at::ones_like(wSum));
+    return (perSeq / den.to(x.scalar_type())).sum() / b;
+  }
+  case Aggregation::SeqMeanTokenSum:
+    return perSeq.sum() / b;
+  case Aggregation::SeqMeanTokenSumNorm:
+    return perSeq.sum() / (b * normLength);
+  case Aggregation::TokenMean:
+    break;
+  }
   return xw.sum() / weight.sum().clamp_min(1.0);
 }
 

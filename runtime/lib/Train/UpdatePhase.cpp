@@ -51,8 +51,9 @@ struct Minibatch {
   /// The world's tokens and sums of weight and value_weight.
   double tokens = 0, weight = 0, valueWeight = 0;
   /// This rank's share of the normaliser: of the tokens for token-mean, of
-  /// the sequences otherwise (seqShare).
-  double share = 1, seqShare = 1;
+  /// the sequences otherwise (seqShare), of the sequences whose weights sum
+  /// to more than 0 for a weighted seq-mean (weightedSeqShare).
+  double share = 1, seqShare = 1, weightedSeqShare = 1;
 };
 
 Minibatch minibatch(const TrainerState &s, const Advantages &a,
@@ -60,13 +61,17 @@ Minibatch minibatch(const TrainerState &s, const Advantages &a,
   Minibatch mb;
   const SampleTable &t = a.table;
   const int64_t B = static_cast<int64_t>(a.rolls.size());
+  double weighted = 0, localWeighted = 0;
   for (int64_t gi : members) {
     mb.tokens += t.tokens[static_cast<size_t>(gi)];
     mb.weight += t.weight[static_cast<size_t>(gi)];
     mb.valueWeight += t.valueWeight[static_cast<size_t>(gi)];
+    bool kept = t.weight[static_cast<size_t>(gi)] > 0;
+    weighted += kept;
     int64_t i = gi - t.first;
     if (i < 0 || i >= B)
       continue;
+    localWeighted += kept;
     mb.rows.push_back(&a.rolls[i]);
     mb.rowIdx.push_back(i);
     for (int64_t k = a.offsets[i]; k < a.offsets[i + 1]; ++k)
@@ -75,6 +80,7 @@ Minibatch minibatch(const TrainerState &s, const Advantages &a,
   double localTokens = static_cast<double>(mb.tokIdx.size());
   mb.seqShare =
       static_cast<double>(mb.rows.size()) / static_cast<double>(members.size());
+  mb.weightedSeqShare = weighted > 0 ? localWeighted / weighted : 0.0;
   mb.share = s.cfg.aggregation == Aggregation::TokenMean
                  ? (mb.tokens > 0 ? localTokens / mb.tokens : 0.0)
                  : mb.seqShare;
@@ -162,13 +168,14 @@ private:
            mb.share;
   }
   /// The same over the tokens that \p w weights: a token mean divides by
-  /// the world's sum of the weights \p total, the seq-mean modes as agg().
+  /// the world's sum of the weights \p total, the seq-mean modes by the
+  /// world's sequences of positive weight (aggregateMasked).
   at::Tensor aggMasked(const at::Tensor &x, const at::Tensor &w,
                        Aggregation mode, double total) const {
     if (mode == Aggregation::TokenMean)
       return s.world.weightedTokenMean(x, w, pd.tokenSeq, nb, total);
     return aggregateMasked(x, w, pd.tokenSeq, nb, mode, normLen()) *
-           mb.seqShare;
+           mb.weightedSeqShare;
   }
   double normLen() const {
     return static_cast<double>(s.cfg.rollout.maxTokens);

@@ -91,6 +91,58 @@ TEST_F(CompiledObjectiveTest, MatchesAutogradOfTheTrainersPpoLoss) {
   EXPECT_GT(clippedSomewhere, 0); // the clip cut some gradients
 }
 
+// The trainer's masked aggregation (SPO's `weight`) equals the compiled
+// objectives' mask in every mode: stdlib/ppo_clip_is.cac with 0/1 weights is
+// ppo_clip masked by them, and a sequence the weights remove entirely is out
+// of B on both sides.
+TEST_F(CompiledObjectiveTest, MaskedAggregationMatchesACompiledMask) {
+  fs::path dir = fs::path(CAC_TEST_TRAIN_BUNDLES) / "ppo_clip_is";
+  if (!fs::exists(dir / "manifest.json"))
+    GTEST_SKIP() << "no compiled stdlib/ppo_clip_is.cac bundle";
+  CompiledObjective obj(Bundle::load(dir.string()));
+  at::manual_seed(11);
+  std::vector<int64_t> lengths = {4, 1, 6, 3, 5};
+  std::vector<int64_t> seqOf;
+  std::vector<float> mask;
+  for (size_t b = 0; b < lengths.size(); ++b)
+    for (int64_t t = 0; t < lengths[b]; ++t) {
+      seqOf.push_back(int64_t(b));
+      // Sequences 1 and 3 masked entirely, every third token of the others.
+      mask.push_back(b == 1 || b == 3 || t % 3 == 2 ? 0.0f : 1.0f);
+    }
+  const int64_t N = int64_t(seqOf.size());
+  PackedBatch batch = PackedBatch::fromLengths(lengths);
+  at::Tensor tokenSeq = at::tensor(seqOf, at::kLong);
+  at::Tensor w = at::tensor(mask, at::kFloat);
+  at::Tensor logp = -at::rand({N}, at::kFloat) * 3;
+  at::Tensor adv = at::randn({N}, at::kFloat);
+  at::Tensor base = logp + (at::rand({N}, at::kFloat) - 0.5);
+  const Aggregation modes[] = {Aggregation::TokenMean,
+                               Aggregation::SeqMeanTokenMean,
+                               Aggregation::SeqMeanTokenSum,
+                               Aggregation::SeqMeanTokenSumNorm};
+  for (int code = 0; code < 4; ++code) {
+    const double normLen = 12;
+    at::Tensor x1 = base.clone().requires_grad_(true);
+    at::Tensor f = clippedSurrogate(at::exp(x1 - logp), adv, 0.2, 0.2);
+    at::Tensor want = -aggregateMasked(f, w, tokenSeq, int64_t(lengths.size()),
+                                       modes[code], normLen);
+    want.backward();
+    at::Tensor x2 = base.clone().requires_grad_(true);
+    auto r = obj.run({{"logp_new", x2.detach()},
+                      {"logp", logp},
+                      {"adv", adv},
+                      {"is_weight", w}},
+                     batch, {{"aggregation", double(code)}, {"norm_len", normLen}});
+    at::Tensor got = CompiledObjective::surrogate(x2, r);
+    got.backward();
+    EXPECT_NEAR(got.item<double>(), want.item<double>(), 1e-5) << code;
+    EXPECT_TRUE(at::allclose(x2.grad(), x1.grad(), 1e-4, 1e-6))
+        << "aggregation " << code << "\n"
+        << (x2.grad() - x1.grad()).abs().max();
+  }
+}
+
 TEST_F(CompiledObjectiveTest, RejectsAnEstimator) {
   fs::path grpo = fs::path(CAC_TEST_TRAIN_BUNDLES) / "grpo";
   if (!fs::exists(grpo / "manifest.json"))

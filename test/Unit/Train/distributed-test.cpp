@@ -253,6 +253,16 @@ TEST_F(DistributedTest, TwoGlooWorkersMatchOneSpoTreeMaskedAndWhitened) {
       "tree(branches = \"2-2-2\", seg_len = 1, max_tokens = 4)"));
 }
 
+TEST_F(DistributedTest, TwoGlooWorkersMatchOneSpoTreeMaskedSeqMean) {
+  // seq-mean-token-mean over the nonzero `weight`: B counts the world's
+  // samples with a positive weight sum (aggregateMasked), so each worker's
+  // share is its such samples over the world's.
+  needBundles();
+  compareOneAndTwo(writeFile(
+      "spo_tree", "  minibatches = 2\n  aggregation = \"seq-mean-token-mean\"\n",
+      "tree(branches = \"2-2-2\", seg_len = 1, max_tokens = 4)"));
+}
+
 TEST_F(DistributedTest, TwoGlooWorkersMatchOneSpoTreeReplay) {
   // The replay buffer: each worker holds its prompts' node samples; what a
   // step takes and trains must be what one process takes, in the same order.

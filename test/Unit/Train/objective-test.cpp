@@ -78,6 +78,40 @@ TEST(Objective, AggregationModes) {
   EXPECT_EQ(z.item<double>(), 0.0);
 }
 
+TEST(Objective, MaskedAggregationLeavesFullyMaskedSequencesOut) {
+  // Three sequences: [1, 2, 3] with weights [1, 0, 1], [10] with 1, [5] with
+  // 0: the last is out of B, and seq-mean-token-mean divides each sequence
+  // by its weight sum (the compiled objectives' mask; verl's seq_mask).
+  at::Tensor x = t({1, 2, 3, 10, 5});
+  at::Tensor w = t({1, 0, 1, 1, 0});
+  at::Tensor seq = at::tensor({0, 0, 0, 1, 2}, at::kLong);
+  auto agg = [&](const at::Tensor &v, Aggregation mode) {
+    return aggregateMasked(v, w, seq, 3, mode, 8);
+  };
+  EXPECT_NEAR(agg(x, Aggregation::TokenMean).item<double>(), 14.0 / 3, 1e-12);
+  EXPECT_NEAR(agg(x, Aggregation::SeqMeanTokenMean).item<double>(),
+              (2.0 + 10.0) / 2, 1e-12);
+  EXPECT_NEAR(agg(x, Aggregation::SeqMeanTokenSum).item<double>(),
+              (4.0 + 10.0) / 2, 1e-12);
+  EXPECT_NEAR(agg(x, Aggregation::SeqMeanTokenSumNorm).item<double>(),
+              (4.0 + 10.0) / 2 / 8, 1e-12);
+  // Gradients: 1 / (B W_i) on the weighted tokens, 0 (not NaN) elsewhere.
+  at::Tensor y = x.clone().requires_grad_(true);
+  agg(y, Aggregation::SeqMeanTokenMean).backward();
+  at::Tensor g = y.grad();
+  EXPECT_NEAR(g[0].item<double>(), 1.0 / 4, 1e-12);
+  EXPECT_EQ(g[1].item<double>(), 0.0);
+  EXPECT_NEAR(g[3].item<double>(), 1.0 / 2, 1e-12);
+  EXPECT_EQ(g[4].item<double>(), 0.0);
+  // Every weight 0: zero, with a zero gradient.
+  at::Tensor z = x.clone().requires_grad_(true);
+  at::Tensor none = aggregateMasked(z, at::zeros_like(w), seq, 3,
+                                    Aggregation::SeqMeanTokenMean, 8);
+  EXPECT_EQ(none.item<double>(), 0.0);
+  none.backward();
+  EXPECT_EQ(z.grad().abs().sum().item<double>(), 0.0);
+}
+
 TEST(Objective, KlEstimators) {
   at::Tensor logp = t({-1.0, -2.0}), ref = t({-1.5, -1.0});
   at::Tensor k1 = klEstimate(logp, ref, KlSpec::Kind::K1);

@@ -35,10 +35,13 @@ at::Tensor clippedMask(const at::Tensor &ratio, const at::Tensor &adv,
 at::Tensor aggregate(const at::Tensor &x, const at::Tensor &tokenSeq,
                      int64_t numSeqs, Aggregation mode, double normLength = 1);
 
-/// aggregate() of \p x * \p weight, where token-mean divides by the sum of
-/// the weights instead of N (SPO's masked token-mean, estimators.md §0.2);
-/// the other modes keep their denominators. A batch whose weights are all
-/// zero gives 0 (with a zero gradient).
+/// aggregate() of \p x * \p weight with the weights as the mask of the
+/// compiled objectives (docs/language.md, Objectives): token-mean divides by
+/// the sum of the weights instead of N (SPO's masked token-mean,
+/// estimators.md §0.2), seq-mean-token-mean divides each sequence's sum by
+/// its weight sum, and the seq-mean modes count in B only the sequences whose
+/// weights sum to more than 0 (verl's agg_loss: its seq_mask). A batch whose
+/// weights are all zero gives 0 (with a zero gradient).
 at::Tensor aggregateMasked(const at::Tensor &x, const at::Tensor &weight,
                            const at::Tensor &tokenSeq, int64_t numSeqs,
                            Aggregation mode, double normLength);
