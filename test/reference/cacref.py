@@ -1155,7 +1155,7 @@ def kl_term(d, kind):
 
 def policy_loss(logp_new, logp_old, adv, ratio="token", segments=None, weight=None,
                 eps_low=0.2, eps_high=0.2, dual_clip=0.0, agg="token-mean", norm_len=0,
-                clamp_log_ratio=0.0, logp_ref=None, kl=0, beta=0.0):
+                clamp_log_ratio=0.0, logp_ref=None, kl=0, beta=0.0, seq_log_ratio_max=0.0):
     """Clipped policy loss and its gradient d loss / d logp_new (ragged lists).
 
     ratio = "token"     rho[t] = exp(x[t]), x = logp_new - logp_old (PPO, GRPO, SPO, SPPO)
@@ -1165,7 +1165,9 @@ def policy_loss(logp_new, logp_old, adv, ratio="token", segments=None, weight=No
     The per-token loss is clipped_surrogate(ratio, adv[t]); it is aggregated with the
     weights (the probability mask of SPO; default 1) by `agg`. With kl in {1,2,3} the term
     beta * token-mean(k) over all tokens (unweighted) is added. clamp_log_ratio > 0 clamps
-    x to [-c, c] first (verl uses 20; off by default)."""
+    x to [-c, c] first (verl uses 20; off by default). seq_log_ratio_max = c > 0 ("seq_token"
+    only, verl's GSPO clamp at 10): a sequence whose mean log-ratio exceeds c has the ratio
+    e^c and no gradient."""
     mode = agg_mode(agg)
     B = len(logp_new)
     if weight is None:
@@ -1197,7 +1199,9 @@ def policy_loss(logp_new, logp_old, adv, ratio="token", segments=None, weight=No
             raise RefError(f"unknown ratio kind {ratio}")
         for s, e in spans:
             n = e - s
-            r = math.exp(math.fsum(x[s:e]) / n)
+            m = math.fsum(x[s:e]) / n
+            capped = ratio == "seq_token" and 0 < seq_log_ratio_max < m
+            r = math.exp(seq_log_ratio_max if capped else m)
             g_ratio = []  # c_t * d l_t / d r for the tokens of the span
             for t in range(s, e):
                 l, dl = clipped_surrogate(r, adv[i][t], eps_low, eps_high, dual_clip)
@@ -1205,7 +1209,8 @@ def policy_loss(logp_new, logp_old, adv, ratio="token", segments=None, weight=No
                 g_ratio.append(coef[i][t] * dl)
             if ratio == "seq_token":
                 for k, t in enumerate(range(s, e)):
-                    grad[i][t] += g_ratio[k] * r * dx[t]  # d w_t / d logp_new[t] = s_i
+                    if not capped:  # d w_t / d logp_new[t] = s_i
+                        grad[i][t] += g_ratio[k] * r * dx[t]
             else:
                 g = math.fsum(g_ratio) * r / n  # d r / d x[u] = r / n for u in the span
                 for t in range(s, e):
@@ -1615,12 +1620,16 @@ def obj_is(name, t, agg, p):
         def ratio_of(i, keep_row):
             # verl: the log ratio's mean over the (rejection-masked) response mask, its
             # count clamped to at least 1; forward s_i, gradient s_i d logp_new[t].
+            # Past log_ratio_max (verl's clamp), s_i = e^c without a gradient.
             kept = [n[i][j] - o[i][j] for j in range(len(keep_row)) if keep_row[j]]
-            return math.exp(math.fsum(kept) / max(len(kept), 1))
+            m = math.fsum(kept) / max(len(kept), 1)
+            c = p.get("log_ratio_max", 0.0)
+            return (math.exp(c), 0.0) if 0 < c < m else (math.exp(m), math.exp(m))
 
-        def f(i, j, s):
+        def f(i, j, ctx):
+            s, ds = ctx
             l, dr = clipped_surrogate(s, A[i][j], el, eh, 0.0)
-            return l, dr * s, 0.0, 0.0
+            return l, dr * ds, 0.0, 0.0
     elif name in ("ppo_dual_clip_is", "ppo_dual_clip_kl_is"):
         q = dict(p)
         if name == "ppo_dual_clip_kl_is":

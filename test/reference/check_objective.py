@@ -151,7 +151,8 @@ def reference(name, batch, got, mode, params):
                                      logp_ref=t["logp_ref"], kl=3, beta=0.001)
     elif name == "gspo_token":
         loss, g = cacref.policy_loss(t["logp_new"], t["logp"], t["adv"], ratio="seq_token",
-                                     eps_low=3e-4, eps_high=4e-4, agg=mode)
+                                     eps_low=3e-4, eps_high=4e-4, agg=mode,
+                                     seq_log_ratio_max=params.get("log_ratio_max", 0.0))
     elif name == "spo_loss":
         w = [[1.0 if math.exp(x) < 0.9 else 0.0 for x in r] for r in t["logp"]]
         loss, g = cacref.policy_loss(t["logp_new"], t["logp"], t["adv"], weight=w, agg=mode,
@@ -190,6 +191,8 @@ WRT.update({"ppo_dual_clip": "logp_new", "ppo_dual_clip_kl": "logp_new", "cispo"
 SEQ_LOSS |= {"gmpo"}
 # Parameter sets each objective runs with besides its defaults ({}): --param k=v.
 VARIANTS = {
+    # verl's GSPO clamp, low enough that some sequences' mean log-ratio passes it.
+    "gspo_token": [{"log_ratio_max": 1e-5}],
     "ppo_dual_clip": [{"dual_clip": 1.5, "eps_high": 0.28}],
     "ppo_dual_clip_kl": [{"kl_type": k, "straight": st, "kl_coef": 0.1}
                          for k in (1, 2, 3, 4) for st in (0, 1)],
@@ -210,7 +213,8 @@ VARIANTS.update({
     "ppo_dual_clip_is": [{"dual_clip": 1.5, "eps_high": 0.28}],
     "ppo_dual_clip_kl_is": [{"kl_type": k, "straight": st, "kl_coef": 0.1}
                             for k in (1, 3, 4) for st in (0, 1)],
-    "gspo_token_is": [{"eps_low": 0.2, "eps_high": 0.2}],
+    "gspo_token_is": [{"eps_low": 0.2, "eps_high": 0.2},
+                      {"eps_low": 0.2, "eps_high": 0.2, "log_ratio_max": 1e-5}],
 })
 
 
