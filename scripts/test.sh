@@ -115,10 +115,8 @@ phase "check_objective" python3 test/reference/check_objective.py --cac "$BUILD/
   --max-len 2048 --sim-block 256 --sim-items 4
 # Observation tokens (tool output): estimators and objectives see the actions
 # only (gpu-sim: blocks of 32 threads, then the default 256).
-for backend in cpu eager gpu-sim; do
-  phase "check_obs" python3 test/reference/check_obs.py --cac "$BUILD/bin/cac" --backend "$backend" \
-    --seeds 1-3 --cac-arg=--seq-block=32
-done
+phase "check_obs" python3 test/reference/check_obs.py --cac "$BUILD/bin/cac" --backend cpu,eager,gpu-sim \
+  --seeds 1-3 --cac-arg=--seq-block=32
 phase "check_obs" python3 test/reference/check_obs.py --cac "$BUILD/bin/cac" --backend gpu-sim \
   --seeds 4-6
 # What a GPU session runs (scripts/gpu/check.sh), dry-run here against

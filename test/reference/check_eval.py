@@ -2,10 +2,11 @@
 """Compares `cac eval` against the independent Python reference (cacref.py) on random batches.
 
 For every method and seed it draws a random ragged batch (cacref.random_batch), writes it to a
-temporary JSON file, runs
+temporary JSON file, runs each backend once on a method's batches
 
-    CAC eval STDLIB/METHOD.cac --input batch.json --backend BACKEND
+    CAC eval STDLIB/METHOD.cac --input seed1.json --input seed2.json ... --backend BACKEND
 
+(kernels compiled and LibTorch loaded once; a batch that fails is rerun alone to name it),
 and compares every output the reference knows with the JSON that cac prints: each number must
 satisfy |got - want| <= tol * max(1, |want|); integer outputs (segment starts, group ids) and
 all shapes must match exactly. One line per case, then "N passed, M failed"; exit status 1
@@ -136,27 +137,18 @@ def make_case(args, kind, name, seed):
     return batch, cacref.objective(name, batch)
 
 
-def run_backend(args, kind, name, seed, backend, batch, ref, batch_path):
-    """Runs cac on one backend; returns (ok, line, files to keep on failure)."""
-    tag = f"{name} seed={seed} backend={backend}"
-    out_path = batch_path[:-len(".json")] + f"-{backend}.out.json"
+def cac_command(args, name, backend, batch_paths):
     cac_file = os.path.join(args.stdlib, f"{name}.cac")
-    cmd = [args.cac, "eval", cac_file, "--input", batch_path, "--backend", backend]
-    cmd += args.cac_arg
-    try:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout)
-    except subprocess.TimeoutExpired:
-        return False, f"FAIL {tag}: cac timed out after {args.timeout} s", [batch_path]
-    with open(out_path, "w") as f:
-        f.write(proc.stdout)
-    if proc.returncode != 0:
-        err = (proc.stderr.strip().splitlines() or ["(no message)"])[-3:]
-        return False, (f"FAIL {tag}: cac exited with {proc.returncode}: " + " | ".join(err)), \
-            [batch_path, out_path]
-    try:
-        got = json.loads(proc.stdout, parse_constant=cacref.reject_non_json)
-    except (json.JSONDecodeError, ValueError) as e:
-        return False, f"FAIL {tag}: cac printed invalid JSON ({e})", [batch_path, out_path]
+    cmd = [args.cac, "eval", cac_file]
+    for path in batch_paths:
+        cmd += ["--input", path]
+    return cmd + ["--backend", backend] + args.cac_arg
+
+
+def check_output(args, kind, name, seed, backend, batch, ref, got, batch_path, out_path):
+    """Compares cac's output on one batch with the reference; returns (ok, line, files to
+    keep on failure)."""
+    tag = f"{name} seed={seed} backend={backend}"
     want = expected_outputs(name, ref, got) if kind == "method" else ref
     cmp = Comparison(args.tol)
     cmp.compare(want, got, "")
@@ -173,19 +165,91 @@ def run_backend(args, kind, name, seed, backend, batch, ref, batch_path):
     return True, f"PASS {tag} {info}", []
 
 
-def run_case(args, kind, name, seed, backends, workdir):
-    """One (name, seed): the batch and the reference once, then every backend against
-    them. Returns a list of (ok, line, files to keep on failure), one per backend. Runs in
-    a worker process (the reference is pure Python, so threads would share one core)."""
+def run_backend(args, kind, name, seed, backend, batch, ref, batch_path):
+    """Runs cac on one batch and backend; returns (ok, line, files to keep on failure)."""
+    tag = f"{name} seed={seed} backend={backend}"
+    out_path = batch_path[:-len(".json")] + f"-{backend}.out.json"
     try:
-        batch, ref = make_case(args, kind, name, seed)
-    except cacref.RefError as e:
-        return [(False, f"FAIL {name} seed={seed} backend={b}: the reference rejected its "
-                 f"own batch: {e}", []) for b in backends]
-    batch_path = os.path.join(workdir, f"{name}-seed{seed}.json")
-    with open(batch_path, "w") as f:
-        json.dump(batch, f)
-    return [run_backend(args, kind, name, seed, b, batch, ref, batch_path) for b in backends]
+        proc = subprocess.run(cac_command(args, name, backend, [batch_path]),
+                              capture_output=True, text=True, timeout=args.timeout)
+    except subprocess.TimeoutExpired:
+        return False, f"FAIL {tag}: cac timed out after {args.timeout} s", [batch_path]
+    with open(out_path, "w") as f:
+        f.write(proc.stdout)
+    if proc.returncode != 0:
+        err = (proc.stderr.strip().splitlines() or ["(no message)"])[-3:]
+        return False, (f"FAIL {tag}: cac exited with {proc.returncode}: " + " | ".join(err)), \
+            [batch_path, out_path]
+    try:
+        got = json.loads(proc.stdout, parse_constant=cacref.reject_non_json)
+    except (json.JSONDecodeError, ValueError) as e:
+        return False, f"FAIL {tag}: cac printed invalid JSON ({e})", [batch_path, out_path]
+    return check_output(args, kind, name, seed, backend, batch, ref, got, batch_path, out_path)
+
+
+def run_backend_on_all(args, kind, name, backend, cases):
+    """Runs cac once on every batch of `cases` (seed, batch, ref, batch_path), as several
+    --input files: the kernels are compiled and LibTorch loaded once. Returns the result of
+    each case in order; if that call fails, each batch runs alone, so that the failure is
+    reported with its batch."""
+    paths = [c[3] for c in cases]
+    try:
+        proc = subprocess.run(cac_command(args, name, backend, paths), capture_output=True,
+                              text=True, timeout=args.timeout * len(cases))
+        outs = (json.loads(proc.stdout, parse_constant=cacref.reject_non_json)
+                if proc.returncode == 0 else None)
+    except (subprocess.TimeoutExpired, json.JSONDecodeError, ValueError):
+        outs = None
+    if len(cases) == 1 or not isinstance(outs, list) or len(outs) != len(cases):
+        return [run_backend(args, kind, name, seed, backend, batch, ref, path)
+                for seed, batch, ref, path in cases]
+    results = []
+    for (seed, batch, ref, path), got in zip(cases, outs):
+        out_path = path[:-len(".json")] + f"-{backend}.out.json"
+        with open(out_path, "w") as f:
+            json.dump(got, f)
+        results.append(check_output(args, kind, name, seed, backend, batch, ref, got, path,
+                                    out_path))
+    return results
+
+
+def run_cases(args, kind, name, seeds, backends, workdir):
+    """One name on some seeds: each seed's batch and reference once, then each backend on
+    all of them in one cac call. Returns a list of (ok, line, files to keep on failure), by
+    seed then backend. Runs in a worker process (the reference is pure Python, so threads
+    would share one core)."""
+    results = {}
+    cases = []
+    for seed in seeds:
+        try:
+            batch, ref = make_case(args, kind, name, seed)
+        except cacref.RefError as e:
+            results[seed] = [(False, f"FAIL {name} seed={seed} backend={b}: the reference "
+                              f"rejected its own batch: {e}", []) for b in backends]
+            continue
+        batch_path = os.path.join(workdir, f"{name}-seed{seed}.json")
+        with open(batch_path, "w") as f:
+            json.dump(batch, f)
+        cases.append((seed, batch, ref, batch_path))
+        results[seed] = []
+    for backend in backends:
+        if cases:
+            for (seed, *_), r in zip(cases, run_backend_on_all(args, kind, name, backend,
+                                                                cases)):
+                results[seed].append(r)
+    return [r for seed in seeds for r in results[seed]]
+
+
+def chunks(seeds, n):
+    """`seeds` in n consecutive parts of nearly equal length (none empty)."""
+    n = max(1, min(n, len(seeds)))
+    size, extra = divmod(len(seeds), n)
+    parts, start = [], 0
+    for i in range(n):
+        end = start + size + (1 if i < extra else 0)
+        parts.append(seeds[start:end])
+        start = end
+    return parts
 
 
 def main(argv=None):
@@ -219,7 +283,7 @@ def main(argv=None):
                          "(repeatable)")
     ap.add_argument("--timeout", type=float, default=600, help="seconds per cac run")
     ap.add_argument("--jobs", type=int, default=min(4, os.cpu_count() or 1),
-                    help="(method, seed) cases run in parallel, each in its own process")
+                    help="worker processes; each runs one method on some seeds")
     ap.add_argument("--keep", help="keep every batch and output in this directory")
     ap.add_argument("--show", type=int, default=5, help="mismatches printed per case")
     args = ap.parse_args(argv)
@@ -250,11 +314,16 @@ def main(argv=None):
 
     workdir = args.keep or tempfile.mkdtemp(prefix="cac-check-")
     os.makedirs(workdir, exist_ok=True)
-    cases = [(n, s) for n in names for s in args.seeds]
+    # Each name's seeds in as few parts as keep every worker busy: a part's batches run in
+    # one cac call per backend.
+    jobs = max(1, args.jobs)
+    parts = -(-2 * jobs // len(names))
+    work = [(n, part) for n in names for part in chunks(args.seeds, parts)]
     passed = failed = 0
     kept = []
-    with concurrent.futures.ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = [pool.submit(run_case, args, kind, n, s, backends, workdir) for n, s in cases]
+    with concurrent.futures.ProcessPoolExecutor(max_workers=jobs) as pool:
+        futures = [pool.submit(run_cases, args, kind, n, part, backends, workdir)
+                   for n, part in work]
         for fut in futures:  # in submission order: deterministic output
             for ok, line, files in fut.result():
                 print(line, flush=True)

@@ -5,7 +5,8 @@
                        [--max-len 64] [--tol 1e-9]
 
 For every objective, seed and aggregation mode (token losses: all four), it writes a random
-batch and runs `cac eval` four ways:
+batch (the mode and the parameter variant in its "params") and runs `cac eval` four ways,
+each once on all of an objective's batches (several --input files):
 
   cpu       the compiled kernels (the gradient operations the compiler derived)
   gpu-sim   the GPU's block-per-sequence kernels, their threads simulated by CPU threads
@@ -206,15 +207,124 @@ def compare(a, b, tol):
     return err
 
 
-def run(cac, path, backend, grad, mode, extra=()):
-    cmd = [cac, "eval", path, "--input", mode[1], "--backend", backend, "--grad", grad]
-    cmd += list(extra)
-    if mode[0]:
-        cmd += ["--aggregation", mode[0]]
-    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+def run(cac, path, backend, grad, batch_paths, extra=()):
+    """cac eval on the batches in one call: their outputs, in order."""
+    cmd = [cac, "eval", path]
+    for bp in batch_paths:
+        cmd += ["--input", bp]
+    cmd += ["--backend", backend, "--grad", grad] + list(extra)
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=600 * len(batch_paths))
     if p.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)}: {p.stderr.strip()[-400:]}")
-    return json.loads(p.stdout, parse_constant=cacref.reject_non_json)
+    out = json.loads(p.stdout, parse_constant=cacref.reject_non_json)
+    return out if len(batch_paths) > 1 else [out]
+
+
+def cases_of(args, name, tmp):
+    """Every (seed, parameters, aggregation) case of one objective: (tag, batch, mode,
+    params, path of its batch file). The parameters and the aggregation travel in the
+    batch's "params" (as --param and --aggregation would set them), so that one cac call
+    runs every case."""
+    modes = [None] if name in SEQ_LOSS else MODES
+    lo, _, hi = args.seeds.partition("-")
+    cases = []
+    for seed in range(int(lo), int(hi or lo) + 1):
+        batch = batch_for(name, seed, args.max_len)
+        # The parameter variants run in the first mode only: the aggregation is
+        # independent of the per-token loss.
+        for i, (params, mode) in enumerate([(q, m) for q in [{}] + VARIANTS.get(name, [])
+                                            for m in (modes if not q else modes[:1])]):
+            tag = f"{name} seed={seed} aggregation={mode or 'seq-mean'}" + "".join(
+                f" {k}={v}" for k, v in params.items())
+            case = dict(batch, params={**batch.get("params", {}), **params})
+            if mode:
+                case["params"]["aggregation"] = MODES.index(mode)
+            bpath = os.path.join(tmp, f"{name}-{seed}-{i}.json")
+            with open(bpath, "w") as f:
+                json.dump(case, f)
+            cases.append((tag, batch, mode, params, bpath))
+    return cases
+
+
+def outputs_of(args, name, cases):
+    """The four ways' outputs of every case ({way: output} each), or an exception per case
+    where a way failed (each case then runs alone, so that the failure names it)."""
+    path = os.path.join(args.stdlib, name + ".cac")
+    sim = (f"--seq-block={args.sim_block}", f"--seq-items={args.sim_items}")
+    extra = tuple(args.cac_arg)
+    ways = {"cpu": ("cpu", "compiled", extra),
+            "gpu-sim": ("gpu-sim", "compiled", sim + extra),
+            "eager": ("eager", "compiled", extra),
+            "autograd": ("eager", "autograd", extra)}
+    paths = [c[4] for c in cases]
+    try:
+        per_way = {k: run(args.cac, path, be, gr, paths, ex) for k, (be, gr, ex) in ways.items()}
+        return [{k: per_way[k][i] for k in ways} for i in range(len(cases))]
+    except Exception:  # noqa: BLE001
+        if len(cases) == 1:
+            raise
+    results = []
+    for case in cases:
+        try:
+            results.append(outputs_of(args, name, [case])[0])
+        except Exception as e:  # noqa: BLE001
+            results.append(e)
+    return results
+
+
+def check_case(args, name, case, outs):
+    """(ok, line) of one case: the four ways against autograd and the reference."""
+    tag, batch, mode, params, _ = case
+    var = WRT[name]
+    dom = "seq" if name == "value_bce" else "token"
+    want = outs["autograd"]
+    errs = []
+    for k in ("cpu", "gpu-sim", "eager"):
+        errs.append((f"{k} loss vs autograd",
+                     compare(want["objective"]["loss"], outs[k]["objective"]["loss"],
+                             args.tol)))
+        errs.append((f"{k} grad vs autograd",
+                     compare(want[dom]["grad_" + var], outs[k][dom]["grad_" + var],
+                             args.tol)))
+    if name == "gspo":
+        # GSPO's advantage is GRPO's (stdlib/grpo.cac's defaults).
+        want_adv = cacref.group_normalized(batch["seq"]["reward"], batch["seq"]["group"],
+                                           1e-6, 0, 0)
+        for k in ("cpu", "eager"):
+            errs.append((f"{k} adv vs reference",
+                         compare(want_adv, outs[k]["seq"]["adv"], args.tol)))
+    ref = reference(name, batch, outs["cpu"], mode or "seq-mean", params)
+    if ref is not None:
+        rloss, rgrad = ref
+        errs.append(("cpu loss vs reference",
+                     compare(rloss, outs["cpu"]["objective"]["loss"], args.tol)))
+        errs.append(("cpu grad vs reference",
+                     compare(rgrad[dom][var], outs["cpu"][dom]["grad_" + var], args.tol)))
+    bad = [(w, e) for w, e in errs if e is None or e > args.tol]
+    worst = max((e for _, e in errs if e is not None), default=0.0)
+    n = sum(len(r) for r in batch["token"].get(
+        "logp", batch["token"].get("value_new", batch["token"].get("pad", []))))
+    if bad:
+        return False, f"FAIL {tag}: " + "; ".join(
+            f"{w}: {'shape' if e is None else f'{e:.3g}'}" for w, e in bad)
+    return True, f"PASS {tag} tokens={n} checks={len(errs)} max_err={worst:.3g}"
+
+
+def check_objective(args, name):
+    """Every case of one objective, in a worker process: a list of (ok, line)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        cases = cases_of(args, name, tmp)
+        try:
+            results = outputs_of(args, name, cases)
+        except Exception as e:  # noqa: BLE001
+            results = [e]
+        lines = []
+        for case, outs in zip(cases, results):
+            if isinstance(outs, Exception):
+                lines.append((False, f"FAIL {case[0]}: {outs}"))
+            else:
+                lines.append(check_case(args, name, case, outs))
+        return lines
 
 
 def main():
@@ -227,84 +337,22 @@ def main():
     ap.add_argument("--tol", type=float, default=1e-9)
     ap.add_argument("--cac-arg", action="append", default=[],
                     help="an extra argument of every cac run (e.g. --cac-arg=--dtype=f32)")
-    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 2,
+                    help="worker processes; each checks one objective")
     ap.add_argument("--sim-block", type=int, default=8,
                     help="threads per block of the gpu-sim run (default 8)")
     ap.add_argument("--sim-items", type=int, default=2,
                     help="tokens per thread per tile of the gpu-sim run (default 2)")
     args = ap.parse_args()
-    pool = concurrent.futures.ThreadPoolExecutor(max_workers=args.jobs)
     names = list(WRT) if args.objective == "all" else args.objective.split(",")
-    lo, _, hi = args.seeds.partition("-")
-    seeds = range(int(lo), int(hi or lo) + 1)
     passed = failed = 0
-    with tempfile.TemporaryDirectory() as tmp:
-        for name in names:
-            path = os.path.join(args.stdlib, name + ".cac")
-            var = WRT[name]
-            dom = "seq" if name == "value_bce" else "token"
-            for seed in seeds:
-                batch = batch_for(name, seed, args.max_len)
-                bpath = os.path.join(tmp, f"{name}-{seed}.json")
-                with open(bpath, "w") as f:
-                    json.dump(batch, f)
-                modes = [None] if name in SEQ_LOSS else MODES
-                # The parameter variants run in the first mode only: the aggregation is
-                # independent of the per-token loss.
-                for params, mode in [(q, m) for q in [{}] + VARIANTS.get(name, [])
-                                     for m in (modes if not q else modes[:1])]:
-                    pargs = [f"--param={k}={v}" for k, v in params.items()] + args.cac_arg
-                    tag = f"{name} seed={seed} aggregation={mode or 'seq-mean'}" + "".join(
-                        f" {k}={v}" for k, v in params.items())
-                    try:
-                        sim = (f"--seq-block={args.sim_block}", f"--seq-items={args.sim_items}")
-                        ways = {"cpu": ("cpu", "compiled", tuple(pargs)),
-                                "gpu-sim": ("gpu-sim", "compiled", sim + tuple(pargs)),
-                                "eager": ("eager", "compiled", tuple(pargs)),
-                                "autograd": ("eager", "autograd", tuple(pargs))}
-                        futs = {k: pool.submit(run, args.cac, path, be, gr, (mode, bpath), ex)
-                                for k, (be, gr, ex) in ways.items()}
-                        outs = {k: f.result() for k, f in futs.items()}
-                    except Exception as e:  # noqa: BLE001
-                        print(f"FAIL {tag}: {e}")
-                        failed += 1
-                        continue
-                    want = outs["autograd"]
-                    errs = []
-                    for k in ("cpu", "gpu-sim", "eager"):
-                        errs.append((f"{k} loss vs autograd",
-                                     compare(want["objective"]["loss"],
-                                             outs[k]["objective"]["loss"], args.tol)))
-                        errs.append((f"{k} grad vs autograd",
-                                     compare(want[dom]["grad_" + var],
-                                             outs[k][dom]["grad_" + var], args.tol)))
-                    if name == "gspo":
-                        # GSPO's advantage is GRPO's (stdlib/grpo.cac's defaults).
-                        want_adv = cacref.group_normalized(batch["seq"]["reward"],
-                                                           batch["seq"]["group"], 1e-6, 0, 0)
-                        for k in ("cpu", "eager"):
-                            errs.append((f"{k} adv vs reference",
-                                         compare(want_adv, outs[k]["seq"]["adv"], args.tol)))
-                    ref = reference(name, batch, outs["cpu"], mode or "seq-mean", params)
-                    if ref is not None:
-                        rloss, rgrad = ref
-                        errs.append(("cpu loss vs reference",
-                                     compare(rloss, outs["cpu"]["objective"]["loss"],
-                                             args.tol)))
-                        errs.append(("cpu grad vs reference",
-                                     compare(rgrad[dom][var], outs["cpu"][dom]["grad_" + var],
-                                             args.tol)))
-                    bad = [(w, e) for w, e in errs if e is None or e > args.tol]
-                    worst = max((e for _, e in errs if e is not None), default=0.0)
-                    n = sum(len(r) for r in batch["token"].get(
-                        "logp", batch["token"].get("value_new", batch["token"].get("pad", []))))
-                    if bad:
-                        failed += 1
-                        print(f"FAIL {tag}: " + "; ".join(
-                            f"{w}: {'shape' if e is None else f'{e:.3g}'}" for w, e in bad))
-                    else:
-                        passed += 1
-                        print(f"PASS {tag} tokens={n} checks={len(errs)} max_err={worst:.3g}")
+    with concurrent.futures.ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futures = [pool.submit(check_objective, args, name) for name in names]
+        for fut in futures:  # in submission order: deterministic output
+            for ok, line in fut.result():
+                print(line, flush=True)
+                passed += ok
+                failed += not ok
     print(f"{passed} passed, {failed} failed")
     return 1 if failed else 0
 

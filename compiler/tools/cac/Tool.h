@@ -31,7 +31,7 @@ struct ToolOptions {
   std::string bundleDir;
   bool useF64 = false;
   Emit emit = Emit::None;
-  std::string inputBatch;
+  std::vector<std::string> inputBatches; ///< --input, in order
   std::vector<std::string> params; ///< NAME=VALUE
   std::string backend = "cpu";
   std::string dtype = "f64";
@@ -61,7 +61,7 @@ runPipeline(mlir::MLIRContext &ctx, mlir::ModuleOp module,
 /// `cac compile`: PTX, a bundle, or the stage --emit names (Compile.cpp).
 int runCompile(const ToolOptions &opts, Source &src);
 
-/// `cac eval`: one batch through a backend, JSON out (Eval.cpp).
+/// `cac eval`: batches through a backend compiled once, JSON out (Eval.cpp).
 int runEval(const ToolOptions &opts, Source &src);
 
 } // namespace cac::tool

@@ -2,7 +2,7 @@
 //
 //   cac compile FILE -o OUT.ptx [--arch sm_90] [--bundle DIR] [--f64]
 //   cac compile FILE --emit=ast|mlir|kernels|llvm|ptx [-o OUT]
-//   cac eval FILE --input batch.json [--param NAME=VALUE]...
+//   cac eval FILE --input batch.json [--input b2.json]... [--param N=V]...
 //            [--backend cpu|eager|gpu-sim] [--seq-block N] [--seq-items N]
 //            [--seq-layout auto|blocked|striped]
 //
@@ -58,9 +58,12 @@ static cl::opt<Emit> emit(
                clEnumValN(Emit::Ptx, "ptx", "PTX of the GPU kernels"),
                clEnumValN(Emit::Manifest, "manifest", "the bundle manifest")),
     cl::cat(cat));
-static cl::opt<std::string> inputBatch("input", cl::desc("Batch (JSON)"),
-                                       cl::value_desc("batch.json"),
-                                       cl::cat(cat));
+static cl::list<std::string>
+    inputBatches("input",
+                 cl::desc("Batch (JSON); several --input run one after another "
+                          "on the kernels compiled once, and print a JSON "
+                          "array of their outputs"),
+                 cl::value_desc("batch.json"), cl::cat(cat));
 static cl::list<std::string> paramArgs("param",
                                        cl::desc("Set a parameter NAME=VALUE"),
                                        cl::value_desc("name=value"),
@@ -173,7 +176,7 @@ cac::tool::ToolOptions toolOptions() {
   o.bundleDir = bundleDir;
   o.useF64 = useF64;
   o.emit = emit;
-  o.inputBatch = inputBatch;
+  o.inputBatches = inputBatches;
   o.params = paramArgs;
   o.backend = backend;
   o.dtype = dtype;
