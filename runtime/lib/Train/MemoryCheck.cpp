@@ -85,8 +85,8 @@ double cachedUnallocatedCuda(int ordinal) {
         a->getDeviceStats(static_cast<c10::DeviceIndex>(ordinal));
     // Entry 0 of each StatArray is StatType::AGGREGATE, all pools together
     // (the enum's namespace moved between LibTorch releases, its value not).
-    int64_t cached = stats.reserved_bytes[0].current -
-                     stats.allocated_bytes[0].current;
+    int64_t cached =
+        stats.reserved_bytes[0].current - stats.allocated_bytes[0].current;
     return static_cast<double>(std::max<int64_t>(cached, 0));
   } catch (const std::exception &) {
     return 0;
@@ -229,11 +229,11 @@ void checkRolloutMemory(const TrainerState &s, int64_t rlIndex,
     return;
   std::ostringstream msg;
   msg << "RL step " << rlIndex + 1 << ": the rollouts need at least about "
-      << formatGiB(m.total()) << " on " << s.device().str() << " (" << rows << " rows = " << numPrompts
-      << " prompts x " << rowsPerPrompt(r) << ", " << promptTokens
-      << " prompt + " << r.maxTokens << " new tokens each: KV cache "
-      << formatGiB(m.kvCache) << ", logits " << formatGiB(m.logits)
-      << "), more than the " << formatGiB(available)
+      << formatGiB(m.total()) << " on " << s.device().str() << " (" << rows
+      << " rows = " << numPrompts << " prompts x " << rowsPerPrompt(r) << ", "
+      << promptTokens << " prompt + " << r.maxTokens
+      << " new tokens each: KV cache " << formatGiB(m.kvCache) << ", logits "
+      << formatGiB(m.logits) << "), more than the " << formatGiB(available)
       << " of memory available; lower prompts, the rollouts per prompt or "
          "max_tokens";
   throw TrainError(msg.str());
@@ -282,8 +282,7 @@ struct ActivationNeed {
 };
 
 ActivationNeed activationNeed(const TrainerState &s, const ModelConfig &policy,
-                              const ModelConfig *critic,
-                              int64_t promptTokens) {
+                              const ModelConfig *critic, int64_t promptTokens) {
   const TrainConfig &cfg = s.cfg;
   ActivationNeed need;
   if (cfg.steps <= 0)
@@ -298,8 +297,8 @@ ActivationNeed activationNeed(const TrainerState &s, const ModelConfig &policy,
                                         tokens, /*logits=*/true)
                    .total();
   if (critic)
-    need.bytes += estimateActivationMemory(*critic, kParameterBytes,
-                                           need.rows, tokens, false)
+    need.bytes += estimateActivationMemory(*critic, kParameterBytes, need.rows,
+                                           tokens, false)
                       .total();
   std::ostringstream msg;
   msg << "the update's activations for a minibatch of " << need.rows
@@ -341,8 +340,8 @@ void checkTrainingMemory(const TrainerState &s, const ModelConfig &policy,
   msg << "), more than the " << formatGiB(available) << " available; ";
   const TrainConfig &cfg = s.cfg;
   if (act.bytes > models)
-    msg << "use fewer sequences per minibatch (prompts " << cfg.prompts
-        << " x " << rowsPerPrompt(cfg.rollout) << " rollouts / minibatches "
+    msg << "use fewer sequences per minibatch (prompts " << cfg.prompts << " x "
+        << rowsPerPrompt(cfg.rollout) << " rollouts / minibatches "
         << cfg.minibatches << ") or fewer new tokens (max_tokens)";
   else
     msg << "use a smaller model (fewer layers) or a device with more memory";

@@ -125,8 +125,7 @@ TEST(ActivationMemory, TheTermsFollowTheShapes) {
   EXPECT_EQ(a.total(), a.layers + a.attention + a.logits + a.other);
   // A critic model has no logits; twice the rows, twice everything.
   EXPECT_EQ(estimateActivationMemory(c, 4, 2, 10, false).logits, 0);
-  EXPECT_EQ(estimateActivationMemory(c, 4, 4, 10, true).total(),
-            2 * a.total());
+  EXPECT_EQ(estimateActivationMemory(c, 4, 4, 10, true).total(), 2 * a.total());
 }
 
 } // namespace
