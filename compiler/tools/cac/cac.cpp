@@ -1,4 +1,4 @@
-//===- cac.cpp - The cac command line -------------------------------------===//
+//===- cac.cpp - cac's main: the command line, then compile or eval -------===//
 //
 //   cac compile FILE -o OUT.ptx [--arch sm_90] [--bundle DIR] [--f64]
 //   cac compile FILE --emit=ast|mlir|kernels|llvm|ptx [-o OUT]
@@ -15,7 +15,6 @@
 #include "cac/Driver/Driver.h"
 
 #include "mlir/Support/FileUtilities.h"
-#include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/ToolOutputFile.h"
@@ -25,8 +24,6 @@
 #include <unistd.h>
 
 using namespace mlir;
-using cac::tool::Emit;
-namespace cl = llvm::cl;
 
 namespace cac::tool {
 
