@@ -126,7 +126,8 @@ phase "check_obs" python3 test/reference/check_obs.py --cac "$BUILD/bin/cac" --b
 # build compiles and tests the same sources); and the training check on the
 # CPU with the main build's cac-run (ten methods' first RL step resumed from
 # an SFT checkpoint twice, the same metrics; an SFT + RL run and --resume),
-# and its gloo2 mode with two CPU ranks (one rank's metrics, and --resume).
+# its gloo2 mode with two CPU ranks (one rank's metrics, and --resume), and
+# the memory checks' refusals and a run that fits.
 phase "gpu scripts, dry run" scripts/gpu/stage.sh
 gpu_out=$(mktemp -d)
 TORCH_PREFIX= TORCH_LIB= OUT=$gpu_out BUILD=$BUILD/gpu-dry-kernels CONFIGURE_ONLY=1 \
@@ -137,6 +138,8 @@ CAC_RUN=$BUILD/bin/cac-run DEVICE=cpu NCCL=0 OUT=$gpu_out \
   phase "gpu scripts, dry run" scripts/gpu/cac-run/run.sh
 CAC_RUN=$BUILD/bin/cac-run DEVICE=cpu OUT=$gpu_out \
   phase "gpu scripts, dry run" scripts/gpu/cac-run/run.sh gloo2
+CAC_RUN=$BUILD/bin/cac-run DEVICE=cpu OUT=$gpu_out \
+  phase "gpu scripts, dry run" scripts/gpu/cac-run/run.sh memory
 rm -rf "$gpu_out"
 # The fuzz targets (test/fuzz/README.md): a clang build in build-fuzz/ (ASan
 # + UBSan), then CAC_FUZZ_SECONDS (60) of fuzzing the front end and a fixed

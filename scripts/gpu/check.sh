@@ -23,6 +23,12 @@
 #            on CUDA tensors (`--workers 2 --device cuda`, the code path of
 #            `--gpus N` but for the process group) against one rank, and
 #            its --resume; prints PASS or FAIL (not run by default)
+#     memory the memory checks with cac-run on the GPU: a model whose
+#            update's activations cannot fit and a batch whose rollouts
+#            cannot fit are refused with their messages, a small run trains,
+#            and two RL steps whose rollouts take half the device run, the
+#            second counting LibTorch's cached blocks as free
+#            (scripts/gpu/cac-run/run.sh memory; not run by default)
 #     python the Python package's extension built against that torch, CUDA
 #            tensors against CPU tensors through the staged bundles, a side
 #            stream, no host sync on the packed path
@@ -61,8 +67,9 @@ for s in "${steps[@]}"; do
   python) scripts/gpu/python/run.sh || status=1 ;;
   baselines) scripts/gpu/python/run.sh --baselines || status=1 ;;
   main) scripts/gpu/cac-run/run.sh main || status=1 ;;
+  memory) scripts/gpu/cac-run/run.sh memory || status=1 ;;
   gen) scripts/gpu/cac-run/run.sh gen || status=1 ;;
-  *) echo "unknown step '$s' (tests, bench, train, gloo2, python, baselines, main, gen)"; status=2 ;;
+  *) echo "unknown step '$s' (tests, bench, train, gloo2, python, baselines, main, gen, memory)"; status=2 ;;
   esac
 done
 exit $status

@@ -7,8 +7,8 @@
 #   test/fuzz/run.sh --ci [TARGET...]        each TARGET for its CI budget
 #   test/fuzz/run.sh 0 [TARGET...]           build only
 #
-# TARGET: frontend batch trainfile jsonl config chattemplate safetensors
-# checkpoint runargs (all of them when none is named; the last three need LibTorch). The
+# TARGET: frontend batch cacargs trainfile jsonl config chattemplate
+# safetensors checkpoint runargs (all of them when none is named; the last three need LibTorch). The
 # CI budget of a reader is a number of inputs (-runs=N, a condition, so a
 # busy machine is slower but runs the same test); the front end's is
 # CAC_FUZZ_SECONDS (150) of wall time.
@@ -24,7 +24,7 @@ BUILD=${CAC_FUZZ_BUILD_DIR:-build-fuzz}
 JOBS=${CAC_FUZZ_JOBS:-2}
 CLANG=${CAC_FUZZ_CC:-clang-19}
 CLANGXX=${CAC_FUZZ_CXX:-clang++-19}
-ALL=(frontend batch trainfile jsonl config chattemplate safetensors checkpoint runargs)
+ALL=(frontend batch cacargs trainfile jsonl config chattemplate safetensors checkpoint runargs)
 
 DURATION=120
 CI=0
@@ -48,6 +48,7 @@ done
 ci_runs() {
   case "$1" in
     batch) echo 20000;;
+    cacargs) echo 20000;;
     trainfile) echo 4000;;
     jsonl) echo 2000;;
     config) echo 4000;;
@@ -139,6 +140,7 @@ for t in "${TARGETS[@]}"; do
     # cac-run's messages and usage would fill the log: stdout and stderr
     # are closed (libFuzzer's and the sanitizers' reports still show).
     runargs) suffix=-$t; opts+=(-close_fd_mask=3 -dict=test/fuzz/runargs.dict);;
+    cacargs) suffix=-$t; opts+=(-close_fd_mask=3 -dict=test/fuzz/cacargs.dict);;
     *) suffix=-$t;;
   esac
   if [ "$CI" = 1 ] && [ "$t" != frontend ]; then

@@ -77,19 +77,8 @@ llvm::Expected<Batch> readBatch(const ToolOptions &opts,
   auto batch = parseBatchJson((*file)->getBuffer(), path);
   if (!batch)
     return batch.takeError();
-  for (const std::string &p : opts.params) {
-    auto [name, value] = llvm::StringRef(p).split('=');
-    double v;
-    if (name.empty() || value.trim().getAsDouble(v))
-      return llvm::createStringError("--param expects NAME=NUMBER, got '" + p +
-                                     "'");
-    // As the batch's "params": nan, inf and overflowing numbers are refused.
-    if (!std::isfinite(v))
-      return llvm::createStringError("--param " + name.str() +
-                                     " must be a finite number, got '" +
-                                     value.trim().str() + "'");
-    batch->params[name.str()] = v;
-  }
+  for (const auto &[name, value] : opts.params)
+    batch->params[name] = value;
   return batch;
 }
 

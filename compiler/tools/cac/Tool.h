@@ -1,6 +1,6 @@
 //===- Tool.h - What the actions of the cac command share -------*- C++ -*-===//
 //
-// The command line (cac.cpp) fills a ToolOptions; each action (Compile.cpp,
+// The command line (CommandLine.cpp) fills a ToolOptions; each action (Compile.cpp,
 // Eval.cpp) reads it and the source it was given.
 //
 //===----------------------------------------------------------------------===//
@@ -17,6 +17,7 @@
 #include "llvm/Support/SourceMgr.h"
 
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace cac::tool {
@@ -32,7 +33,8 @@ struct ToolOptions {
   bool useF64 = false;
   Emit emit = Emit::None;
   std::vector<std::string> inputBatches; ///< --input, in order
-  std::vector<std::string> params; ///< NAME=VALUE
+  /// --param NAME=VALUE, checked (finite numbers; eval only).
+  std::vector<std::pair<std::string, double>> params;
   std::string backend = "cpu";
   std::string dtype = "f64";
   std::string gradMode = "compiled";

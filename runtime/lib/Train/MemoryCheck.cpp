@@ -16,6 +16,10 @@
 
 #include "cac/Runtime/Kernels/CudaDriver.h"
 
+#if CAC_HAVE_CUDA_ALLOCATOR_STATS
+#include <c10/cuda/CUDACachingAllocator.h>
+#endif
+
 #include <algorithm>
 #include <cstdio>
 #include <fstream>
@@ -67,8 +71,43 @@ double cgroupHeadroom() {
   }
 }
 
-/// The free memory of CUDA device \p ordinal; -1 where the driver cannot
-/// say.
+/// What LibTorch's CUDA caching allocator holds on device \p ordinal
+/// reserved but not allocated: blocks freed by tensors, kept for reuse,
+/// which the driver counts as used. 0 before the allocator's first use.
+double cachedUnallocatedCuda(int ordinal) {
+#if CAC_HAVE_CUDA_ALLOCATOR_STATS
+  c10::cuda::CUDACachingAllocator::CUDAAllocator *a =
+      c10::cuda::CUDACachingAllocator::get();
+  if (!a || !a->initialized())
+    return 0;
+  try {
+    const auto stats =
+        a->getDeviceStats(static_cast<c10::DeviceIndex>(ordinal));
+    // Entry 0 of each StatArray is StatType::AGGREGATE, all pools together
+    // (the enum's namespace moved between LibTorch releases, its value not).
+    int64_t cached =
+        stats.reserved_bytes[0].current - stats.allocated_bytes[0].current;
+    return static_cast<double>(std::max<int64_t>(cached, 0));
+  } catch (const std::exception &) {
+    return 0;
+  }
+#else
+  (void)ordinal;
+  return 0;
+#endif
+}
+
+/// Whether availableCudaMemory counts the caching allocator's cache.
+constexpr bool kCudaCacheCounted =
+#if CAC_HAVE_CUDA_ALLOCATOR_STATS
+    true;
+#else
+    false;
+#endif
+
+/// The free memory of CUDA device \p ordinal: the driver's, plus what the
+/// caching allocator holds unallocated where this LibTorch says; -1 where
+/// the driver cannot say.
 double availableCudaMemory(int ordinal) {
   const CudaDriver &drv = CudaDriver::get();
   if (!drv.available() || !drv.cuMemGetInfo || ordinal >= drv.deviceCount())
@@ -77,7 +116,7 @@ double availableCudaMemory(int ordinal) {
     ScopedContext ctx(drv.primaryContext(ordinal));
     size_t freeBytes = 0, totalBytes = 0;
     drv.check(drv.cuMemGetInfo(&freeBytes, &totalBytes), "cuMemGetInfo");
-    return static_cast<double>(freeBytes);
+    return static_cast<double>(freeBytes) + cachedUnallocatedCuda(ordinal);
   } catch (const std::exception &) {
     return -1;
   }
@@ -136,9 +175,45 @@ RolloutMemory estimateRolloutMemory(const ModelConfig &c, int64_t dtypeBytes,
   return m;
 }
 
+ActivationMemory estimateActivationMemory(const ModelConfig &c,
+                                          int64_t dtypeBytes, int64_t rows,
+                                          int64_t tokens, bool logits) {
+  const double d = double(dtypeBytes), B = double(rows), T = double(tokens);
+  const double bt = B * T, H = double(c.hiddenSize);
+  const double hd = double(c.headDimension());
+  const double hq = double(c.numAttentionHeads) * hd;
+  const double hkv = double(c.numKeyValueHeads) * hd;
+  const double F = double(c.intermediateSize);
+  // softmax(.., kFloat) keeps float32 probabilities whatever the dtype.
+  const double scores = B * double(c.numAttentionHeads) * T * T;
+  ActivationMemory m;
+  // Per layer (Transformer.cpp): each RMSNorm keeps its normalized input and
+  // its output (2 x 2 H), and the residual after the attention and the
+  // layer's output are kept by the next norm (2 H); the attention keeps the
+  // scaled queries and its output before o_proj (2 Hq), the keys and values
+  // as the matmuls' contiguous copies (2 Hkv; RoPE's intermediates are
+  // freed) and the probabilities; the MLP keeps gate, silu(gate), up and
+  // their product (4 F).
+  m.layers = double(c.numHiddenLayers) *
+             (d * bt * (6 * H + 2 * hq + 2 * hkv + 4 * F) + 4 * scores);
+  // The scores and scores + bias before the softmax; backward, the
+  // probabilities' gradient and the scores'.
+  m.attention = 2 * 4 * scores;
+  // The logits, their log-softmax and its gradient, in float32
+  // (tokenLogProbs), at once at the head's backward step.
+  m.logits = logits ? 3 * 4 * bt * double(c.vocabSize) : 0;
+  // The embeddings' output, the final norm's two tensors, RoPE's cos and sin
+  // and the attention's mask bias (rows x tokens^2).
+  m.other = d * (3 * bt * H + 2 * bt * hd + B * T * T);
+  return m;
+}
+
 void checkRolloutMemory(const TrainerState &s, int64_t rlIndex,
                         int64_t numPrompts, int64_t promptTokens) {
-  if (s.device().type() != at::kCPU || numPrompts <= 0)
+  // On a GPU, the driver's free memory without the allocator's cache would
+  // refuse steps that fit.
+  if (!(s.device().is_cpu() || (s.device().is_cuda() && kCudaCacheCounted)) ||
+      numPrompts <= 0)
     return;
   double available = availableMemory(s.device());
   if (available <= 0)
@@ -154,11 +229,11 @@ void checkRolloutMemory(const TrainerState &s, int64_t rlIndex,
     return;
   std::ostringstream msg;
   msg << "RL step " << rlIndex + 1 << ": the rollouts need at least about "
-      << formatGiB(m.total()) << " (" << rows << " rows = " << numPrompts
-      << " prompts x " << rowsPerPrompt(r) << ", " << promptTokens
-      << " prompt + " << r.maxTokens << " new tokens each: KV cache "
-      << formatGiB(m.kvCache) << ", logits " << formatGiB(m.logits)
-      << "), more than the " << formatGiB(available)
+      << formatGiB(m.total()) << " on " << s.device().str() << " (" << rows
+      << " rows = " << numPrompts << " prompts x " << rowsPerPrompt(r) << ", "
+      << promptTokens << " prompt + " << r.maxTokens
+      << " new tokens each: KV cache " << formatGiB(m.kvCache) << ", logits "
+      << formatGiB(m.logits) << "), more than the " << formatGiB(available)
       << " of memory available; lower prompts, the rollouts per prompt or "
          "max_tokens";
   throw TrainError(msg.str());
@@ -194,8 +269,53 @@ ModelNeed modelNeed(const char *who, const ModelConfig &c, bool reference) {
 
 } // namespace
 
+namespace {
+
+/// The update's activations: a minibatch of the RL step's sequences
+/// (prompts x rollouts per prompt over the minibatches, this process's
+/// share), each of the longest prompt and max_tokens new tokens (at most
+/// the policy's positions).
+struct ActivationNeed {
+  std::string text;
+  double bytes = 0;
+  int64_t rows = 0;
+};
+
+ActivationNeed activationNeed(const TrainerState &s, const ModelConfig &policy,
+                              const ModelConfig *critic, int64_t promptTokens) {
+  const TrainConfig &cfg = s.cfg;
+  ActivationNeed need;
+  if (cfg.steps <= 0)
+    return need;
+  int64_t sequences = cfg.prompts * rowsPerPrompt(cfg.rollout);
+  int64_t share = std::max<int64_t>(cfg.minibatches, 1) *
+                  std::max<int64_t>(s.world.size(), 1);
+  need.rows = (sequences + share - 1) / share;
+  int64_t tokens = std::min(promptTokens + cfg.rollout.maxTokens,
+                            policy.maxPositionEmbeddings);
+  need.bytes = estimateActivationMemory(policy, kParameterBytes, need.rows,
+                                        tokens, /*logits=*/true)
+                   .total();
+  if (critic)
+    need.bytes += estimateActivationMemory(*critic, kParameterBytes, need.rows,
+                                           tokens, false)
+                      .total();
+  std::ostringstream msg;
+  msg << "the update's activations for a minibatch of " << need.rows
+      << " sequences of " << tokens << " tokens (" << promptTokens
+      << " prompt + " << cfg.rollout.maxTokens << " new";
+  if (tokens < promptTokens + cfg.rollout.maxTokens)
+    msg << ", cut to the policy's " << policy.maxPositionEmbeddings
+        << " positions";
+  msg << "): " << formatGiB(need.bytes);
+  need.text = msg.str();
+  return need;
+}
+
+} // namespace
+
 void checkTrainingMemory(const TrainerState &s, const ModelConfig &policy,
-                         const ModelConfig *critic) {
+                         const ModelConfig *critic, int64_t promptTokens) {
   c10::Device device = s.device();
   double available = availableMemory(device);
   if (available <= 0)
@@ -204,19 +324,27 @@ void checkTrainingMemory(const TrainerState &s, const ModelConfig &policy,
       modelNeed("the policy's", policy, s.models.needReference)};
   if (critic)
     needs.push_back(modelNeed("the critic's", *critic, false));
-  double total = 0;
+  double models = 0;
   for (const ModelNeed &n : needs)
-    total += n.bytes;
-  if (total <= available)
+    models += n.bytes;
+  ActivationNeed act = activationNeed(s, policy, critic, promptTokens);
+  if (models + act.bytes <= available)
     return;
   std::ostringstream msg;
-  msg << "training needs at least about " << formatGiB(total) << " on "
-      << device.str() << " (" << needs.front().text;
+  msg << "training needs at least about " << formatGiB(models + act.bytes)
+      << " on " << device.str() << " (" << needs.front().text;
   for (size_t i = 1; i < needs.size(); ++i)
     msg << "; " << needs[i].text;
-  msg << "), more than the " << formatGiB(available)
-      << " available; use a smaller model (fewer layers) or a device with "
-         "more memory";
+  if (!act.text.empty())
+    msg << "; " << act.text;
+  msg << "), more than the " << formatGiB(available) << " available; ";
+  const TrainConfig &cfg = s.cfg;
+  if (act.bytes > models)
+    msg << "use fewer sequences per minibatch (prompts " << cfg.prompts << " x "
+        << rowsPerPrompt(cfg.rollout) << " rollouts / minibatches "
+        << cfg.minibatches << ") or fewer new tokens (max_tokens)";
+  else
+    msg << "use a smaller model (fewer layers) or a device with more memory";
   throw TrainError(msg.str());
 }
 

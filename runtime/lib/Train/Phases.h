@@ -196,10 +196,12 @@ struct UpdateStats {
 /// \p policy and \p critic (null without a critic model) cannot train in
 /// the memory available on the run's device: their weights, gradients,
 /// AdamW's moments and the policy's reference copy where the run reads
-/// logp_ref (estimateTrainingMemory, availableMemory). Before anything is
-/// allocated.
+/// logp_ref (estimateTrainingMemory), and, with RL steps, the update's
+/// activations over a minibatch of sequences of \p promptTokens prompt
+/// tokens and max_tokens new ones (estimateActivationMemory), against
+/// availableMemory. Before anything is allocated.
 void checkTrainingMemory(const TrainerState &s, const ModelConfig &policy,
-                         const ModelConfig *critic);
+                         const ModelConfig *critic, int64_t promptTokens);
 
 /// On the CPU: throws a TrainError naming the numbers and the fields to
 /// lower where the step's rollouts of \p numPrompts prompts (at least the

@@ -77,14 +77,22 @@ struct Trainer::Impl : TrainerState {
     return ok;
   }
 
-  /// Every dataset prompt fits the policy's positions with room for a
+  /// Every dataset prompt fits the policy's \p positions with room for a
   /// response token: one that does not would stop the run only when it is
   /// first sampled, perhaps hours in. Measured before the run starts.
-  bool promptsFit(DiagnosticEngine &diag) {
-    int64_t positions = models.policy->config().maxPositionEmbeddings;
+  /// \p longest: the longest training prompt's tokens (of a generated
+  /// task: the first RL prompt's).
+  bool promptsFit(DiagnosticEngine &diag, int64_t positions,
+                  int64_t &longest) {
+    longest = 0;
+    if (task.dataTrain.empty() && (task.arith || task.twoOp))
+      longest = static_cast<int64_t>(
+          task.encodePrompt(task.trainProblem(uint64_t(1) << 40)).size());
     for (const std::vector<Problem> *set : {&task.dataTrain, &task.dataEval})
       for (const Problem &p : *set) {
         auto n = static_cast<int64_t>(task.encodePrompt(p).size());
+        if (set == &task.dataTrain)
+          longest = std::max(longest, n);
         if (n < positions)
           continue;
         diag.error(cfg.task.loc,
@@ -109,8 +117,12 @@ struct Trainer::Impl : TrainerState {
     ModelConfig criticConfig;
     if (criticModel)
       criticConfig = modelConfig(task, cfg.critic.model);
-    checkTrainingMemory(*this, modelConfig(task, cfg.model),
-                        criticModel ? &criticConfig : nullptr);
+    ModelConfig policyConfig = modelConfig(task, cfg.model);
+    int64_t longestPrompt = 0;
+    if (!promptsFit(diag, policyConfig.maxPositionEmbeddings, longestPrompt))
+      return false;
+    checkTrainingMemory(*this, policyConfig,
+                        criticModel ? &criticConfig : nullptr, longestPrompt);
     m.policy = makeModel(task, cfg.model,
                          cfg.critic.kind == CriticSpec::Kind::ValueHead);
     if (cfg.critic.kind == CriticSpec::Kind::ValueModel)
@@ -139,8 +151,6 @@ struct Trainer::Impl : TrainerState {
         return false;
       }
     }
-    if (!promptsFit(diag))
-      return false;
     sampleGen = makeGenerator(cfg.seed * 1000003ULL + 17);
     shuffleGen = makeGenerator(cfg.seed * 1000003ULL + 29);
     return true;

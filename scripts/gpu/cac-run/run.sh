@@ -29,6 +29,12 @@
 # `run.sh gloo2` instead checks the data-parallel path of `--gpus N` with
 # two ranks sharing one GPU over Gloo (below, at the mode) and prints PASS
 # or FAIL; DEVICE=cpu runs the same with CPU ranks.
+# `run.sh memory` runs the memory checks on $DEVICE (docs/reliability.md):
+# (a) a tiny model whose update's activations cannot fit and (b) a batch
+# whose rollouts cannot fit are refused with their messages, (c) a small
+# run that fits trains an RL step, and (d), on a GPU, two RL steps whose
+# rollouts take half the device run: the second only because the check
+# counts the caching allocator's reserved-but-unallocated bytes as free.
 #
 # `run.sh main` instead trains the embedded default (examples/arith/train.cac
 # with the staged grpo bundle) on $DEVICE and prints its accuracy before and
@@ -109,6 +115,124 @@ print(f"SFT: {len(sft)} steps, {t(sft, 'time_step_s'):.1f} s; RL: {len(rl)} step
       f"{100 * t(rl, 'time_estimator_s') / max(t(rl, 'time_step_s'), 1e-9):.2f}%")
 PY
   exit 0
+fi
+
+# `run.sh memory`: the memory checks (docs/reliability.md) on $DEVICE.
+if [ "${1:-}" = memory ]; then
+  if [ -z "${CAC_RUN:-}" ] && [ "${device%%:*}" = cuda ] &&
+    ! grep -q "CUDA caching allocator statistics found" "$out/configure.log"; then
+    echo "this LibTorch's CUDA caching allocator statistics were not found (configure.log):"
+    grep "cac_runtime_train" "$out/configure.log"
+    exit 1
+  fi
+  # memfile NAME MODEL ROLLOUT PROMPTS MINIBATCHES WARM_START STEPS
+  memfile() {
+    cat >"$work/$1.cac" <<CAC
+train memory_$1 {
+  model = builtin("custom", $2)
+  task = arith(min_level = 1, max_level = 1)
+  estimator = bundle("$bundles/grpo")
+  critic = none
+  rollout = $3
+  prompts = $4
+  minibatches = $5
+  warm_start = $6
+  steps = $7
+  eval = greedy(every = 100, size = 4)
+  threads = 2
+  seed = 3
+}
+CAC
+  }
+  # refused NAME LABEL TEXT...: cac-run fails on NAME.cac, and its log holds
+  # every TEXT; nothing was trained.
+  refused() {
+    local name=$1 label=$2 rc=0 miss=0
+    shift 2
+    "$run" "$work/$name.cac" --device "$device" --out "$work/$name" --no-progress \
+      >"$out/memory-$name.log" 2>&1 || rc=$?
+    [ "$rc" = 0 ] && { echo "$label: not refused:"; tail -5 "$out/memory-$name.log"; status=1; return; }
+    for text in "$@"; do
+      grep -qF -- "$text" "$out/memory-$name.log" || { echo "$label: no '$text' in:"; miss=1; }
+    done
+    if [ "$miss" = 1 ] || grep -q '"phase": *"rl"' "$work/$name/metrics.jsonl" 2>/dev/null; then
+      tail -5 "$out/memory-$name.log"; status=1; return
+    fi
+    echo "$label: refused (exit status $rc): $(grep -m1 "error" "$out/memory-$name.log")"
+  }
+  # rlrows NAME COUNT LABEL: NAME trained, with COUNT RL rows, all finite.
+  rlrows() {
+    $py - "$work/$1/metrics.jsonl" "$2" "$3" <<'PY'
+import json, math, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+rl = [r for r in rows if r.get("phase") == "rl"]
+bad = [(k, v) for r in rl for k, v in r.items()
+       if isinstance(v, float) and not math.isfinite(v)]
+ok = len(rl) == int(sys.argv[2]) and not bad
+print(f"{sys.argv[3]}: {len(rl)} RL steps" + ("" if ok else f", expected {sys.argv[2]}; not finite: {bad[:4]}")
+      + (f" (last: reward_mean {rl[-1].get('reward_mean')}, loss {rl[-1].get('loss')})" if rl else ""))
+sys.exit(0 if ok else 1)
+PY
+  }
+  # (a) A model of a few thousand weights whose update cannot fit: one
+  # minibatch of 4096 sequences of about 4100 tokens (the attention's
+  # probabilities alone take about 2 TB). Refused before a model exists.
+  memfile act "hidden = 16, layers = 1, heads = 2, kv_heads = 1, ffn = 32, max_positions = 8192" \
+    "group(n = 4, max_tokens = 4096)" 1024 1 none 1
+  refused act "(a) activations on $device" "training needs at least about" " on $device" \
+    "the update's activations for a minibatch of 4096 sequences of " " prompt + 4096 new): " \
+    "use fewer sequences per minibatch (prompts 1024 x 4 rollouts / minibatches 1)"
+  # (b) 1M prompts x 4 rollouts of a model whose KV cache takes 128 KiB a
+  # token (about 4.5 TiB): the update's minibatches of 4 sequences fit, the
+  # rollouts do not. Refused at RL step 1's first prompt.
+  memfile kv "hidden = 512, layers = 32, heads = 8, kv_heads = 8, ffn = 32, max_positions = 32" \
+    "group(n = 4, max_tokens = 4)" 1000000 1000000 none 1
+  refused kv "(b) rollouts on $device" "RL step 1: the rollouts need at least about" \
+    " on $device" "(4000000 rows = 1000000 prompts x 4, " \
+    "of memory available; lower prompts, the rollouts per prompt or max_tokens"
+  # (c) A small run that fits: SFT, then an RL step.
+  memfile fit "hidden = 32, layers = 2, heads = 2, kv_heads = 1, ffn = 64, max_positions = 64" \
+    "group(n = 4, max_tokens = 8)" 8 2 "sft(steps = 20, batch = 16, lr = 1e-2)" 1
+  if "$run" "$work/fit.cac" --device "$device" --out "$work/fit" --no-progress \
+    >"$out/memory-fit.log" 2>&1; then
+    rlrows fit 1 "(c) a run that fits on $device" || status=1
+  else
+    echo "(c) a run that fits on $device failed:"; tail -10 "$out/memory-fit.log"; status=1
+  fi
+  # (d) On a GPU: two RL steps whose rollouts' estimate E is half the
+  # device. Step 1 holds the prompts' KV cache (E/4) and the forked rows'
+  # (E) at once, so LibTorch's caching allocator keeps at least 1.25 E
+  # reserved after it; the driver then reports at most 0.75 of the device
+  # free, less than E. Step 2 runs only because the check counts the
+  # allocator's reserved-but-unallocated bytes as free.
+  # MEMORY_TOTAL_MIB=N runs it elsewhere as if the device had N MiB (the
+  # CPU dry run: the same files and checks, but no cache to count).
+  if [ "${device%%:*}" = cuda ] || [ -n "${MEMORY_TOTAL_MIB:-}" ]; then
+    prompt=$(sed -n 's/.*prompts x 4, \([0-9]*\) prompt + 4 new tokens.*/\1/p' "$out/memory-kv.log" | head -1)
+    index=${device#cuda}; index=${index#:}
+    total=${MEMORY_TOTAL_MIB:-$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits -i "${index:-0}" 2>/dev/null | head -1)}
+    if [ -z "$prompt" ] || [ -z "$total" ]; then
+      echo "(d) cannot size the run (prompt tokens '$prompt', device MiB '$total')"; status=1
+    else
+      # hidden 512, 8 layers, 8 KV heads of 64: 2 x 8 x 512 x 4 bytes a token.
+      rows=$(( total * 1048576 / 2 / ((prompt + 16) * 32768) ))
+      prompts=$(( rows / 4 ))
+      minibatches=$(( prompts * 4 / 1024 + 1 ))
+      memfile cache "hidden = 512, layers = 8, heads = 8, kv_heads = 8, ffn = 64, max_positions = 64" \
+        "group(n = 4, max_tokens = 16)" "$prompts" "$minibatches" none 2
+      echo "(d) $prompts prompts x 4 rollouts of $prompt + 16 tokens: about $(( prompts * 4 * (prompt + 16) * 32768 / 1048576 )) MiB of KV cache of the device's $total MiB"
+      if "$run" "$work/cache.cac" --device "$device" --out "$work/cache" --no-progress \
+        >"$out/memory-cache.log" 2>&1; then
+        rlrows cache 2 "(d) rollouts of half the device, twice, on $device" || status=1
+      else
+        echo "(d) rollouts of half the device, twice, on $device failed:"
+        tail -10 "$out/memory-cache.log"; status=1
+      fi
+    fi
+  else
+    echo "(d) skipped on $device (no caching allocator)"
+  fi
+  exit $status
 fi
 
 # tiny NAME BUNDLE ESTIMATOR-ARGS CRITIC ROLLOUT EXTRA: a training file of

@@ -562,6 +562,49 @@ TEST_F(ReliabilityTest, AModelThatCannotTrainIsRefusedBeforeAllocating) {
       << e;
 }
 
+// A model of a few thousand weights whose update cannot fit: one minibatch
+// of long sequences, whose attention probabilities (rows x heads x
+// tokens^2) alone take twice this machine's memory. Refused before a model
+// is allocated, naming the minibatch and the sequence length, the need and
+// what is available.
+TEST_F(ReliabilityTest, AMinibatchWhoseActivationsCannotFitIsRefused) {
+  double physical = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
+                    static_cast<double>(::sysconf(_SC_PAGESIZE));
+  // A sequence of about 4100 tokens through one layer of 2 heads holds
+  // 4 bytes x 2 x 4100^2 of probabilities, and more besides.
+  double perSequence = 4.0 * 2 * 4100 * 4100;
+  int64_t prompts = static_cast<int64_t>(2 * physical / perSequence / 4) + 1;
+  std::string src = source();
+  src.replace(src.find("max_positions = 32"), 18, "max_positions = 8192");
+  src.replace(src.find("max_tokens = 4"), 14, "max_tokens = 4096");
+  src.replace(src.find("prompts = 3"), 11,
+              "prompts = " + std::to_string(prompts));
+  src.replace(src.find("minibatches = 2"), 15, "minibatches = 1");
+  TrainConfig cfg = config(src, "a");
+  Trainer t(cfg, quiet());
+  DiagnosticEngine diag(cfg.file.string(), "");
+  std::string e;
+  try {
+    t.prepare(diag);
+  } catch (const std::exception &x) {
+    e = x.what();
+  }
+  EXPECT_NE(e.find("training needs at least about "), std::string::npos) << e;
+  EXPECT_NE(e.find("; the update's activations for a minibatch of " +
+                   std::to_string(prompts * 4) + " sequences of "),
+            std::string::npos)
+      << e;
+  EXPECT_NE(e.find(" prompt + 4096 new): "), std::string::npos) << e;
+  EXPECT_NE(e.find("), more than the "), std::string::npos) << e;
+  EXPECT_NE(e.find(" available; use fewer sequences per minibatch (prompts " +
+                   std::to_string(prompts) +
+                   " x 4 rollouts / minibatches 1) or fewer new tokens "
+                   "(max_tokens)"),
+            std::string::npos)
+      << e;
+  EXPECT_FALSE(fs::exists(cfg.out / "metrics.jsonl"));
+}
+
 // A batch that cannot fit is refused at the first prompt with
 // the estimate and the fields to lower, before anything is generated (and
 // before the other prompts are built).
@@ -570,6 +613,9 @@ TEST_F(ReliabilityTest, ABatchThatCannotFitIsRefusedBeforeGenerating) {
   // takes 128 KiB a token: about 4.5 TiB.
   std::string src = source();
   src.replace(src.find("prompts = 3"), 11, "prompts = 1000000");
+  // Minibatches of 4 sequences: the update's activations fit, the rollouts
+  // do not.
+  src.replace(src.find("minibatches = 2"), 15, "minibatches = 1000000");
   src.replace(src.find("hidden = 16, layers = 1, heads = 2, kv_heads = 1"), 48,
               "hidden = 512, layers = 32, heads = 8, kv_heads = 8");
   std::string e = runError(config(src, "a"));

@@ -29,10 +29,10 @@ struct RolloutMemory {
 RolloutMemory estimateRolloutMemory(const ModelConfig &c, int64_t dtypeBytes,
                                     int64_t rows, int64_t tokensPerRow);
 
-/// The memory training adds to a model's weights (bytes): its gradients,
-/// AdamW's two moments (all in the weights' dtype) and, where the run reads
-/// logp_ref, the reference policy's copy. Activations are not counted: the
-/// sum is a lower bound.
+/// The memory training adds to a model's weights (bytes) besides the
+/// activations (estimateActivationMemory): its gradients, AdamW's two
+/// moments (all in the weights' dtype) and, where the run reads logp_ref,
+/// the reference policy's copy.
 struct TrainingMemory {
   double gradients = 0, moments = 0, reference = 0;
   double total() const { return gradients + moments + reference; }
@@ -42,6 +42,33 @@ struct TrainingMemory {
 /// bytes each; \p reference adds a frozen copy of it.
 TrainingMemory estimateTrainingMemory(int64_t parameters, int64_t dtypeBytes,
                                       bool reference);
+
+/// The activations of the update's forward and backward pass over one
+/// minibatch (bytes): what TransformerLM's forward keeps for the backward
+/// pass, layer by layer, and what the largest steps add while they run.
+struct ActivationMemory {
+  /// Every layer's saved tensors: its inputs and norms, queries, keys,
+  /// values and the attention's output, the attention probabilities
+  /// (float32, rows x heads x tokens^2) and the MLP's four intermediates.
+  double layers = 0;
+  /// One layer's attention scores while they are computed and while their
+  /// gradient is (two score tensors besides the probabilities).
+  double attention = 0;
+  /// The logits over the vocabulary in float32, their log-softmax (kept for
+  /// backward) and its gradient; 0 for a critic model.
+  double logits = 0;
+  /// The embeddings, the final norm, the rotary tables and the mask bias.
+  double other = 0;
+  double total() const { return layers + attention + logits + other; }
+};
+
+/// The estimate for a minibatch of \p rows rows padded to \p tokens tokens
+/// through a model with config \p c whose weights have \p dtypeBytes
+/// bytes; \p logits counts the language-model head (the policy) or not (a
+/// critic model's value head).
+ActivationMemory estimateActivationMemory(const ModelConfig &c,
+                                          int64_t dtypeBytes, int64_t rows,
+                                          int64_t tokens, bool logits);
 
 /// The memory this process can still allocate on \p device (bytes), -1
 /// where it cannot be read. The CPU: /proc/meminfo's MemAvailable, or less
