@@ -35,13 +35,15 @@
 # (random weights) against bench/python/generate_baseline.py, a plain
 # PyTorch loop run by `python3` on the same device, one model after the
 # other, each program under a time limit, with the device memory's peak
-# (nvidia-smi, polled) of each; it prints one table (below). BUILD_ONLY=1
+# (nvidia-smi, polled) of each, and prints one table (docs/benchmarks.md,
+# "Generation at real shapes in bf16"). BUILD_ONLY=1
 # builds cac-run and cac-bench-generation and runs nothing; CONFIGURE_ONLY=1
 # configures the build and checks that ninja knows how to make both (every
 # source present) without building them (scripts/test.sh, whose main build
 # compiles the same sources and passes its cac-run as CAC_RUN).
 set -uo pipefail
 out=${OUT:-/tmp}
+mkdir -p "$out"
 py=${PYTHON:-$(command -v python3)}
 device=${DEVICE:-cuda}
 deps=${CAC_GPU_DEPS:-$PWD/.gpu-deps}
