@@ -3,7 +3,8 @@
 // cac-bench-generation [--models tiny,small,medium] [--prompts 64]
 //                      [--samples 8] [--prompt-len 12] [--new 24,128]
 //                      [--threads N] [--iters K] [--no-uncached]
-//                      [--device cpu|cuda|cuda:N]
+//                      [--device cpu|cuda|cuda:N] [--dtype float32|bf16]
+//                      [--layers N] [--json FILE]
 //
 // Times batched sampling (cac::rt::generate, what cac-run's rollouts call)
 // of randomly initialized models of the built-in shapes, with the KV cache
@@ -19,6 +20,17 @@
 //   small   builtin("small"): hidden 128, 4 layers, 4/2 heads, ffn 384
 //   medium  builtin("custom", hidden = 512, layers = 8, heads = 8,
 //           kv_heads = 4, ffn = 1536): a larger shape for scale
+// and every public architecture of random("ARCH") (qwen2.5-0.5b,
+// qwen2.5-1.5b, llama-3.2-1b; Architectures.cpp): the real shapes and
+// vocabulary, random weights. --layers N keeps the first N layers of any.
+//
+// --dtype bf16 casts the model to bfloat16 (weights, activations, KV cache;
+// sampling in float32). Where LibTorch has it (2.x) attention is
+// at::scaled_dot_product_attention; the first line then also gives the
+// largest difference of the last prompt token's logits between it and the
+// plain matmul/softmax path. --json FILE appends one JSON object per row
+// (scripts/gpu/cac-run/run.sh genbf16 merges them with
+// bench/python/generate_baseline.py's).
 //
 // Both modes sample with the same seed; the "same tokens" column is the
 // fraction of generated tokens that agree (the two modes compute the same
@@ -30,6 +42,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "../common/BenchCommon.h"
+#include "cac/Runtime/Model/Architectures.h"
 #include "cac/Runtime/Model/Config.h"
 #include "cac/Runtime/Model/CpuKernels.h"
 #include "cac/Runtime/Model/Generation.h"
@@ -42,6 +55,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <optional>
 #include <sstream>
@@ -55,7 +69,13 @@ using cac::bench::split;
 namespace {
 
 /// The model shapes of the table (see the file comment).
-ModelConfig modelConfig(const std::string &name) {
+ModelConfig modelConfig(const std::string &name, int64_t layers) {
+  if (std::optional<ModelConfig> arch = publicArchitecture(name)) {
+    if (layers > 0)
+      arch->numHiddenLayers = std::min(layers, arch->numHiddenLayers);
+    arch->validate(name);
+    return *arch;
+  }
   ModelConfig c;
   c.modelType = "llama";
   c.vocabSize = 99; // CharTokenizer
@@ -72,10 +92,15 @@ ModelConfig modelConfig(const std::string &name) {
     c.hiddenSize = 512, c.numHiddenLayers = 8, c.numAttentionHeads = 8,
     c.numKeyValueHeads = 4, c.intermediateSize = 1536;
   } else {
-    std::fprintf(stderr, "unknown model '%s' (tiny, small, medium)\n",
-                 name.c_str());
+    std::string known = "tiny, small, medium";
+    for (const std::string &a : publicArchitectureNames())
+      known += ", " + a;
+    std::fprintf(stderr, "unknown model '%s' (%s)\n", name.c_str(),
+                 known.c_str());
     std::exit(2);
   }
+  if (layers > 0)
+    c.numHiddenLayers = std::min(layers, c.numHiddenLayers);
   c.validate(name);
   return c;
 }
@@ -100,7 +125,8 @@ double medianSeconds(int iters, const std::function<void()> &fn) {
                "usage: cac-bench-generation [--models tiny,small,medium] "
                "[--prompts N] [--samples N] [--prompt-len N] [--new N,M] "
                "[--threads N] [--iters K] [--no-uncached] "
-               "[--device cpu|cuda|cuda:N]\n");
+               "[--device cpu|cuda|cuda:N] [--dtype float32|bf16] "
+               "[--layers N] [--json FILE]\n");
   std::exit(2);
 }
 
@@ -112,16 +138,20 @@ int64_t positive(const std::string &s) {
   return v;
 }
 
-} // namespace
-
-int main(int argc, char **argv) {
+struct Options {
   std::vector<std::string> models = {"tiny", "small", "medium"};
   std::vector<int64_t> newTokens = {24, 128};
-  int64_t prompts = 64, samples = 8, promptLen = 12;
+  int64_t prompts = 64, samples = 8, promptLen = 12, layers = 0;
   int threads = static_cast<int>(std::thread::hardware_concurrency());
   int iters = 3;
   bool uncached = true;
   std::string deviceName = "cpu";
+  at::ScalarType dtype = at::kFloat;
+  std::string json;
+};
+
+Options parseOptions(int argc, char **argv) {
+  Options o;
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -130,111 +160,199 @@ int main(int argc, char **argv) {
       return argv[++i];
     };
     if (a == "--models")
-      models = split(next(), ',');
+      o.models = split(next(), ',');
     else if (a == "--prompts")
-      prompts = positive(next());
+      o.prompts = positive(next());
     else if (a == "--samples")
-      samples = positive(next());
+      o.samples = positive(next());
     else if (a == "--prompt-len")
-      promptLen = positive(next());
+      o.promptLen = positive(next());
     else if (a == "--new") {
-      newTokens.clear();
+      o.newTokens.clear();
       for (const std::string &n : split(next(), ','))
-        newTokens.push_back(positive(n));
+        o.newTokens.push_back(positive(n));
     } else if (a == "--threads")
-      threads = static_cast<int>(positive(next()));
+      o.threads = static_cast<int>(positive(next()));
     else if (a == "--iters")
-      iters = static_cast<int>(positive(next()));
+      o.iters = static_cast<int>(positive(next()));
     else if (a == "--no-uncached")
-      uncached = false;
+      o.uncached = false;
     else if (a == "--device")
-      deviceName = next();
-    else
+      o.deviceName = next();
+    else if (a == "--layers")
+      o.layers = positive(next());
+    else if (a == "--json")
+      o.json = next();
+    else if (a == "--dtype") {
+      try {
+        o.dtype = parseModelDtype(next());
+      } catch (const std::exception &e) {
+        std::fprintf(stderr, "--dtype: %s\n", e.what());
+        std::exit(2);
+      }
+    } else
       usage();
   }
+  return o;
+}
+
+/// Waits for the device's queued work (a GPU's kernels run after their
+/// launch returns).
+void sync(const at::Device &device) {
+  if (device.is_cuda())
+    torch::cuda::synchronize(device.index());
+}
+
+/// The largest difference of the last prompt token's logits between fused
+/// and plain attention over the first four prompts (the model's dtype).
+double fusedVsPlain(TransformerLM &model,
+                    const std::vector<std::vector<int64_t>> &prompts) {
+  int64_t n = std::min<int64_t>(4, static_cast<int64_t>(prompts.size()));
+  std::vector<int64_t> flat;
+  for (int64_t p = 0; p < n; ++p)
+    flat.insert(flat.end(), prompts[p].begin(), prompts[p].end());
+  at::Tensor ids = at::tensor(flat, at::kLong).view({n, -1});
+  auto last = [&] {
+    at::Tensor h = model->forwardHidden(ids);
+    return model->lmHead(h.select(1, h.size(1) - 1)).to(at::kFloat);
+  };
+  at::Tensor fused = last();
+  model->setFusedAttention(false);
+  at::Tensor plain = last();
+  model->setFusedAttention(true);
+  return (fused - plain).abs().max().item<double>();
+}
+
+/// One model's rows of the table (and of --json); lines for after the
+/// table go to \p notes.
+void benchModel(const Options &o, const std::string &name,
+                const at::Device &device, std::FILE *json,
+                std::vector<std::string> &notes) {
+  ModelConfig cfg = modelConfig(name, o.layers);
+  torch::manual_seed(1);
+  TransformerLM model(cfg);
+  model->to(device, o.dtype);
+  model->eval();
+  at::Generator promptGen = makeGenerator(7);
+  std::vector<std::vector<int64_t>> promptIds;
+  for (int64_t p = 0; p < o.prompts; ++p) {
+    at::Tensor ids =
+        at::randint(3, cfg.vocabSize, {o.promptLen}, promptGen, at::kLong);
+    promptIds.emplace_back(ids.data_ptr<int64_t>(),
+                           ids.data_ptr<int64_t>() + o.promptLen);
+  }
+  std::string dtype = modelDtypeName(o.dtype);
+  if (fusedAttentionAvailable()) {
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "%s %s: fused vs plain attention, largest |logit "
+                  "difference| at the last prompt token of 4 prompts: %.3g",
+                  name.c_str(), dtype.c_str(), fusedVsPlain(model, promptIds));
+    notes.push_back(line);
+  }
+  for (int64_t n : o.newTokens) {
+    if (o.promptLen + n > cfg.maxPositionEmbeddings) {
+      std::fprintf(stderr, "skipping %s: %lld + %lld tokens exceed %lld "
+                           "positions\n",
+                   name.c_str(), static_cast<long long>(o.promptLen),
+                   static_cast<long long>(n),
+                   static_cast<long long>(cfg.maxPositionEmbeddings));
+      continue;
+    }
+    SamplingOptions opts;
+    opts.temperature = 1.0;
+    opts.maxNewTokens = n;
+    auto run = [&](bool cache, std::vector<GeneratedSequence> &out) {
+      SamplingOptions so = opts;
+      so.useCache = cache;
+      at::Generator gen = makeGenerator(11);
+      out = generate(model, promptIds, so, gen, nullptr, o.samples);
+      sync(device);
+    };
+    std::vector<GeneratedSequence> withCache, without;
+    double tc = medianSeconds(o.iters, [&] { run(true, withCache); });
+    int64_t tokens = 0;
+    for (const GeneratedSequence &g : withCache)
+      tokens += static_cast<int64_t>(g.tokens.size());
+    std::printf("| %s | %.2f M | %s | %lld | %lld | %.3f | %.0f |",
+                name.c_str(), model->numParameters() / 1e6, dtype.c_str(),
+                static_cast<long long>(withCache.size()),
+                static_cast<long long>(n), tc, tokens / tc);
+    if (json)
+      std::fprintf(json,
+                   "{\"impl\": \"cac\", \"model\": \"%s\", \"dtype\": "
+                   "\"%s\", \"device\": \"%s\", \"rows\": %lld, "
+                   "\"prompt_tokens\": %lld, \"new_tokens\": %lld, "
+                   "\"seconds\": %.6f, \"tokens_per_s\": %.3f, "
+                   "\"iters\": %d}\n",
+                   name.c_str(), dtype.c_str(), device.str().c_str(),
+                   static_cast<long long>(withCache.size()),
+                   static_cast<long long>(o.promptLen),
+                   static_cast<long long>(n), tc, tokens / tc, o.iters);
+    if (!o.uncached) {
+      std::printf(" — | — | — | — |\n");
+      std::fflush(stdout);
+      continue;
+    }
+    double tu = medianSeconds(o.iters, [&] { run(false, without); });
+    int64_t same = 0, total = 0;
+    for (size_t r = 0; r < withCache.size(); ++r) {
+      const auto &a = withCache[r].tokens, &b = without[r].tokens;
+      total += static_cast<int64_t>(std::max(a.size(), b.size()));
+      for (size_t t = 0; t < std::min(a.size(), b.size()); ++t)
+        same += a[t] == b[t];
+    }
+    std::printf(" %.3f | %.0f | %.1fx | %.4f |\n", tu, tokens / tu, tu / tc,
+                total ? static_cast<double>(same) / total : 1.0);
+    std::fflush(stdout);
+  }
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  Options o = parseOptions(argc, argv);
   std::optional<at::Device> device;
   try {
-    device.emplace(deviceName);
+    device.emplace(o.deviceName);
   } catch (const std::exception &) {
   }
   if (!device || !(device->is_cpu() || device->is_cuda()))
     usage();
   if (device->is_cuda() && !torch::cuda::is_available()) {
     std::fprintf(stderr, "--device %s: this LibTorch sees no CUDA device\n",
-                 deviceName.c_str());
+                 o.deviceName.c_str());
     return 2;
   }
-  setCpuThreads(std::max(threads, 1), /*blas=*/false);
+  std::FILE *json = nullptr;
+  if (!o.json.empty() && !(json = std::fopen(o.json.c_str(), "a"))) {
+    std::fprintf(stderr, "--json: cannot open '%s'\n", o.json.c_str());
+    return 2;
+  }
+  setCpuThreads(std::max(o.threads, 1), /*blas=*/false);
   torch::NoGradGuard noGrad;
 
   std::printf("%lld prompts x %lld samples, prompt %lld tokens, device %s, "
-              "%d CPU threads, median of %d after a warm-up\n\n",
-              static_cast<long long>(prompts), static_cast<long long>(samples),
-              static_cast<long long>(promptLen), device->str().c_str(),
-              at::get_num_threads(), iters);
-  std::printf("| model | parameters | rows | new tokens | cached s | cached "
-              "tok/s | uncached s | uncached tok/s | cached / uncached | same "
-              "tokens |\n");
-  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- "
-              "|\n");
-  for (const std::string &name : models) {
-    ModelConfig cfg = modelConfig(name);
-    torch::manual_seed(1);
-    TransformerLM model(cfg);
-    model->to(*device);
-    model->eval();
-    at::Generator promptGen = makeGenerator(7);
-    std::vector<std::vector<int64_t>> promptIds;
-    for (int64_t p = 0; p < prompts; ++p) {
-      at::Tensor ids =
-          at::randint(3, cfg.vocabSize, {promptLen}, promptGen, at::kLong);
-      promptIds.emplace_back(ids.data_ptr<int64_t>(),
-                             ids.data_ptr<int64_t>() + promptLen);
-    }
-    for (int64_t n : newTokens) {
-      if (promptLen + n > cfg.maxPositionEmbeddings) {
-        std::fprintf(stderr, "skipping %s: %lld + %lld tokens exceed %lld "
-                             "positions\n",
-                     name.c_str(), static_cast<long long>(promptLen),
-                     static_cast<long long>(n),
-                     static_cast<long long>(cfg.maxPositionEmbeddings));
-        continue;
-      }
-      SamplingOptions opts;
-      opts.temperature = 1.0;
-      opts.maxNewTokens = n;
-      auto run = [&](bool cache, std::vector<GeneratedSequence> &out) {
-        SamplingOptions o = opts;
-        o.useCache = cache;
-        at::Generator gen = makeGenerator(11);
-        out = generate(model, promptIds, o, gen, nullptr, samples);
-      };
-      std::vector<GeneratedSequence> withCache, without;
-      double tc = medianSeconds(iters, [&] { run(true, withCache); });
-      int64_t tokens = 0;
-      for (const GeneratedSequence &g : withCache)
-        tokens += static_cast<int64_t>(g.tokens.size());
-      std::printf("| %s | %.2f M | %lld | %lld | %.3f | %.0f |", name.c_str(),
-                  model->numParameters() / 1e6,
-                  static_cast<long long>(withCache.size()),
-                  static_cast<long long>(n), tc, tokens / tc);
-      if (!uncached) {
-        std::printf(" — | — | — | — |\n");
-        std::fflush(stdout);
-        continue;
-      }
-      double tu = medianSeconds(iters, [&] { run(false, without); });
-      int64_t same = 0, total = 0;
-      for (size_t r = 0; r < withCache.size(); ++r) {
-        const auto &a = withCache[r].tokens, &b = without[r].tokens;
-        total += static_cast<int64_t>(std::max(a.size(), b.size()));
-        for (size_t t = 0; t < std::min(a.size(), b.size()); ++t)
-          same += a[t] == b[t];
-      }
-      std::printf(" %.3f | %.0f | %.1fx | %.4f |\n", tu, tokens / tu, tu / tc,
-                  total ? static_cast<double>(same) / total : 1.0);
-      std::fflush(stdout);
-    }
-  }
+              "%d CPU threads, %s attention, median of %d after a "
+              "warm-up\n\n",
+              static_cast<long long>(o.prompts),
+              static_cast<long long>(o.samples),
+              static_cast<long long>(o.promptLen), device->str().c_str(),
+              at::get_num_threads(),
+              fusedAttentionAvailable() ? "fused" : "plain", o.iters);
+  std::printf("| model | parameters | dtype | rows | new tokens | cached s | "
+              "cached tok/s | uncached s | uncached tok/s | cached / "
+              "uncached | same tokens |\n");
+  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | "
+              "--- |\n");
+  std::vector<std::string> notes;
+  for (const std::string &name : o.models)
+    benchModel(o, name, *device, json, notes);
+  if (!notes.empty())
+    std::printf("\n");
+  for (const std::string &n : notes)
+    std::printf("%s\n", n.c_str());
+  if (json)
+    std::fclose(json);
   return 0;
 }

@@ -41,6 +41,12 @@
 #            default)
 #     gen    generation tokens/s with and without the KV cache, on the GPU
 #            and on the CPU (bench/generation; not run by default)
+#     genbf16  bf16 generation at the Qwen2.5-0.5B and 1.5B shapes (random
+#            weights; 64 prompts x 8 rollouts, 512 new tokens) against a
+#            plain PyTorch generate loop with SDPA and a static KV cache
+#            (bench/python/generate_baseline.py), tokens/s and peak device
+#            memory in one table (scripts/gpu/cac-run/run.sh genbf16; not
+#            run by default)
 # Each step's logs and output go to $OUT (or /tmp/cac-gpu-check); the exit
 # status is 0 only if every step asked for passed. Each step fits the device
 # tool's 10-minute command limit on 16 cores; run them in separate calls if
@@ -69,7 +75,8 @@ for s in "${steps[@]}"; do
   main) scripts/gpu/cac-run/run.sh main || status=1 ;;
   memory) scripts/gpu/cac-run/run.sh memory || status=1 ;;
   gen) scripts/gpu/cac-run/run.sh gen || status=1 ;;
-  *) echo "unknown step '$s' (tests, bench, train, gloo2, python, baselines, main, gen, memory)"; status=2 ;;
+  genbf16) scripts/gpu/cac-run/run.sh genbf16 || status=1 ;;
+  *) echo "unknown step '$s' (tests, bench, train, gloo2, python, baselines, main, gen, genbf16, memory)"; status=2 ;;
   esac
 done
 exit $status

@@ -46,7 +46,7 @@ note "torch $($py -c 'import torch; print(torch.__version__)'), $(nproc) cores, 
 # the scripts the steps call, so that the steps find them built.
 mkdir -p "$OUT/prebuild-train" "$OUT/prebuild-kernels"
 pretrain=""
-if [[ " ${steps[*]} " =~ \ (train|main|gen|gloo2|memory)\  ]]; then
+if [[ " ${steps[*]} " =~ \ (train|main|gen|genbf16|gloo2|memory)\  ]]; then
   OUT=$OUT/prebuild-train BUILD_ONLY=1 scripts/gpu/cac-run/run.sh \
     >"$OUT/prebuild-train.log" 2>&1 &
   pretrain=$!
@@ -67,7 +67,7 @@ for s in "${steps[@]}"; do
     continue
   fi
   case $s in
-  train | main | gen | gloo2 | memory)
+  train | main | gen | genbf16 | gloo2 | memory)
     if [ -z "$train_built" ]; then
       wait $pretrain
       train_built=$?

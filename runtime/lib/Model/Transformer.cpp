@@ -3,6 +3,11 @@
 #include "cac/Runtime/Model/Transformer.h"
 
 #include <torch/nn/init.h>
+#include <torch/version.h>
+
+#if TORCH_VERSION_MAJOR >= 2
+#include <ATen/ATen.h>
+#endif
 
 #include <cmath>
 #include <limits>
@@ -221,6 +226,7 @@ at::Tensor RMSNormImpl::forward(const at::Tensor &x) {
 AttentionImpl::AttentionImpl(const ModelConfig &c, int64_t layerIndex)
     : layer_(layerIndex), numHeads_(c.numAttentionHeads),
       numKvHeads_(c.numKeyValueHeads), headDim_(c.headDimension()) {
+  fused = fusedAttentionAvailable();
   using torch::nn::LinearOptions;
   q_proj = register_module(
       "q_proj", torch::nn::Linear(LinearOptions(c.hiddenSize,
@@ -253,14 +259,27 @@ at::Tensor AttentionImpl::forward(const at::Tensor &x, const at::Tensor &cos,
     std::tie(k, v) = cache->write(layer_, k, v);
   int64_t S = k.size(2);
   // Query heads h = kv * G + g share kv head `kv` (HF's repeat_kv order);
-  // grouping the queries avoids materializing repeated keys.
-  at::Tensor qg = (q * (1.0 / std::sqrt(static_cast<double>(headDim_))))
-                      .reshape({B, numKvHeads_, G * T, headDim_});
-  at::Tensor scores = at::matmul(qg, k.transpose(-1, -2))
-                          .view({B, numKvHeads_, G, T, S});
-  scores = scores + bias;
-  at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(x.scalar_type());
-  at::Tensor out = at::matmul(probs.view({B, numKvHeads_, G * T, S}), v);
+  // grouping the queries as G * T rows of their KV head avoids
+  // materializing repeated keys, on both paths.
+  at::Tensor out;
+#if TORCH_VERSION_MAJOR >= 2
+  if (fused) {
+    at::Tensor qg = q.reshape({B, numKvHeads_, G * T, headDim_});
+    at::Tensor mask = bias.expand({B, 1, G, T, S}).reshape({B, 1, G * T, S});
+    // The default scale is 1/sqrt(head_dim); softmax accumulates in float32.
+    out = at::scaled_dot_product_attention(qg, k, v, mask, /*dropout_p=*/0.0,
+                                           /*is_causal=*/false);
+  }
+#endif
+  if (!out.defined()) {
+    at::Tensor qg = (q * (1.0 / std::sqrt(static_cast<double>(headDim_))))
+                        .reshape({B, numKvHeads_, G * T, headDim_});
+    at::Tensor scores =
+        at::matmul(qg, k.transpose(-1, -2)).view({B, numKvHeads_, G, T, S});
+    scores = scores + bias;
+    at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(x.scalar_type());
+    out = at::matmul(probs.view({B, numKvHeads_, G * T, S}), v);
+  }
   out = out.view({B, numHeads_, T, headDim_})
             .transpose(1, 2)
             .reshape({B, T, numHeads_ * headDim_});
@@ -398,6 +417,43 @@ int64_t TransformerLMImpl::numParameters() const {
 
 torch::Device TransformerLMImpl::device() const {
   return model->embed_tokens->weight.device();
+}
+
+at::ScalarType TransformerLMImpl::dtype() const {
+  return model->embed_tokens->weight.scalar_type();
+}
+
+void TransformerLMImpl::setFusedAttention(bool fused) {
+  if (fused && !fusedAttentionAvailable())
+    throw std::runtime_error("TransformerLM: fused attention needs LibTorch 2 "
+                             "or later (at::scaled_dot_product_attention)");
+  for (auto &block : model->blocks)
+    block->self_attn->fused = fused;
+}
+
+bool fusedAttentionAvailable() {
+#if TORCH_VERSION_MAJOR >= 2
+  return true;
+#else
+  return false;
+#endif
+}
+
+at::ScalarType parseModelDtype(const std::string &name) {
+  if (name == "float32" || name == "f32" || name == "fp32")
+    return at::kFloat;
+  if (name == "bfloat16" || name == "bf16")
+    return at::kBFloat16;
+  throw std::runtime_error("unknown model dtype '" + name +
+                           "' (float32 or bfloat16; also f32, fp32, bf16)");
+}
+
+std::string modelDtypeName(at::ScalarType dtype) {
+  if (dtype == at::kFloat)
+    return "float32";
+  if (dtype == at::kBFloat16)
+    return "bfloat16";
+  return c10::toString(dtype);
 }
 
 std::pair<at::Tensor, at::Tensor>

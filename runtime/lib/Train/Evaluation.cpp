@@ -22,7 +22,7 @@ double evaluate(TrainerState &s) {
     size_t e = std::min(static_cast<size_t>(to), b + chunk);
     for (size_t i = b; i < e; ++i)
       prompts.push_back(task.encodePrompt(evalSet[i]));
-    auto out = generate(s.models.policy, prompts, task.samplingOptions(true),
+    auto out = generate(rolloutPolicy(s), prompts, task.samplingOptions(true),
                         gen, task.tokenizer.get(), 1);
     for (size_t i = b; i < e; ++i) {
       const std::string &text = out[i - b].text;

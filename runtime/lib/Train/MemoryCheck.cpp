@@ -221,8 +221,9 @@ void checkRolloutMemory(const TrainerState &s, int64_t rlIndex,
   const RolloutSpec &r = s.cfg.rollout;
   int64_t rows = numPrompts * rowsPerPrompt(r);
   const ModelConfig &c = s.models.policy->config();
+  // The sampling model's dtype: the policy's, or rollout_dtype's copy.
   int64_t dtypeBytes = static_cast<int64_t>(
-      c10::elementSize(s.models.policy->parameters().front().scalar_type()));
+      c10::elementSize(parseModelDtype(s.cfg.rolloutDtype)));
   RolloutMemory m =
       estimateRolloutMemory(c, dtypeBytes, rows, promptTokens + r.maxTokens);
   if (m.total() <= available)
@@ -322,6 +323,14 @@ void checkTrainingMemory(const TrainerState &s, const ModelConfig &policy,
     return;
   std::vector<ModelNeed> needs{
       modelNeed("the policy's", policy, s.models.needReference)};
+  at::ScalarType rollout = parseModelDtype(s.cfg.rolloutDtype);
+  if (rollout != at::kFloat) {
+    double bytes = static_cast<double>(policy.numParameters()) *
+                   static_cast<double>(c10::elementSize(rollout));
+    needs.front().text +=
+        ", the " + s.cfg.rolloutDtype + " rollout copy " + formatGiB(bytes);
+    needs.front().bytes += bytes;
+  }
   if (critic)
     needs.push_back(modelNeed("the critic's", *critic, false));
   double models = 0;

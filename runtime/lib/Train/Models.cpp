@@ -6,10 +6,12 @@
 #include "cac/Runtime/Model/Config.h"
 #include "cac/Runtime/Model/ModelIO.h"
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <torch/nn/utils/clip_grad.h>
 
 #include <cmath>
 #include <limits>
+#include <mutex>
 
 namespace cac::rt::train {
 
@@ -187,6 +189,44 @@ void enterRl(TrainerState &s) {
       p.set_requires_grad(false);
   }
   buildOptimizer(s, true);
+}
+
+TransformerLM &rolloutPolicy(TrainerState &s) {
+  ModelSet &m = s.models;
+  at::ScalarType dtype = parseModelDtype(s.cfg.rolloutDtype);
+  if (dtype == m.policy->dtype())
+    return m.policy;
+  // Every in-place change of a parameter (the optimizer's step, a
+  // checkpoint's load) bumps its version counter.
+  int64_t version = 0;
+  for (const auto &p : m.policy->parameters())
+    version += static_cast<int64_t>(p._version());
+  if (!m.rollout) {
+    // Built without a net draw from LibTorch's default generator (its
+    // random weights are overwritten below), so the run's random stream
+    // does not depend on when the copy is made (a --resume makes it later).
+    at::Generator global = at::detail::getDefaultCPUGenerator();
+    at::Tensor state;
+    {
+      std::lock_guard<std::mutex> lock(global.mutex());
+      state = global.get_state();
+    }
+    m.rollout = cloneArchitecture(m.policy, s.device());
+    {
+      std::lock_guard<std::mutex> lock(global.mutex());
+      global.set_state(state);
+    }
+    m.rollout->to(dtype);
+    m.rollout->eval();
+    for (auto &p : m.rollout->parameters())
+      p.set_requires_grad(false);
+    m.rolloutVersion = -1;
+  }
+  if (version != m.rolloutVersion) {
+    copyWeights(m.rollout, m.policy); // rounds float32 to the copy's dtype
+    m.rolloutVersion = version;
+  }
+  return m.rollout;
 }
 
 at::Tensor values(TransformerLM &model, const Padded &pd) {

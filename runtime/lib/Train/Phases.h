@@ -80,6 +80,11 @@ double optimizerStep(TrainerState &s);
 void enterRl(TrainerState &s);
 /// Per-token values of \p model's value head for the padded rows.
 at::Tensor values(TransformerLM &model, const Padded &pd);
+/// The model rollouts and evaluations sample from: the policy, or with
+/// rollout_dtype other than float32 its copy in that dtype, copied again
+/// from the policy whenever the policy's weights changed since (an update,
+/// a checkpoint load).
+TransformerLM &rolloutPolicy(TrainerState &s);
 
 //===--- Setup (EstimatorSetup.cpp) ---------------------------------------===//
 
@@ -116,6 +121,9 @@ struct RolloutTotals {
   double reward = 0, correct = 0, entropy = 0, tokens = 0, paths = 0;
   /// Tool calls closed, answered and evaluated (`tools = ..` only).
   double toolCalls = 0, toolTurns = 0, toolOk = 0;
+  /// Sum over actions of |sampler logp - policy logp| (a rollout dtype
+  /// other than float32 only).
+  double logpDiff = 0;
 };
 
 /// The rollouts of one step on this rank: the prompts [p0, p0 + P) of the

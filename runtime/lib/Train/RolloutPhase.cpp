@@ -4,16 +4,70 @@
 
 #include "cac/Runtime/Train/Distributed.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace cac::rt::train {
 
 namespace {
 
+/// With rollouts sampled from the policy's copy in another dtype
+/// (rollout_dtype): replaces each action token's sampler log-probability
+/// with the policy's own, so that the loss's ratio, the KL terms and the
+/// estimator read the model the update trains (as verl recomputes the old
+/// log-probabilities with its actor). Returns the sum of |sampler - policy|
+/// over the actions; 0 and nothing changed when the rollouts came from the
+/// policy itself.
+double relabelLogProbs(TrainerState &s, std::vector<Rollout> &rolls) {
+  if (!s.models.rollout || rolls.empty())
+    return 0.0;
+  // In chunks of rows whose float32 logits stay near 1 GiB: a real
+  // vocabulary's logits over a whole batch would not fit.
+  const int64_t V = s.models.policy->config().vocabSize;
+  std::vector<float> policy;
+  torch::NoGradGuard ng;
+  for (size_t i = 0; i < rolls.size();) {
+    std::vector<const Rollout *> chunk;
+    int64_t L = 1;
+    for (; i < rolls.size(); ++i) {
+      const Rollout &r = rolls[i];
+      int64_t len = static_cast<int64_t>(r.prompt.size() + r.response.size());
+      int64_t rows = static_cast<int64_t>(chunk.size()) + 1;
+      if (!chunk.empty() && rows * std::max(L, len) * V > (int64_t(1) << 28))
+        break;
+      L = std::max(L, len);
+      chunk.push_back(&r);
+    }
+    Padded pd = padRollouts(chunk, s.task.padId, s.device());
+    std::vector<float> part = hostFloats(
+        gatherResponse(tokenLogProbs(s.models.policy->forward(pd.ids, pd.mask),
+                                     pd.ids, s.cfg.rollout.temperature),
+                       pd));
+    policy.insert(policy.end(), part.begin(), part.end());
+  }
+  double diff = 0;
+  size_t k = 0;
+  for (Rollout &r : rolls)
+    for (size_t t = 0; t < r.logp.size(); ++t) {
+      if (r.isObs(t))
+        continue;
+      diff += std::abs(static_cast<double>(r.logp[t]) - policy.at(k));
+      r.logp[t] = policy.at(k++);
+    }
+  return diff;
+}
+
 /// The segment starts the estimator picks for \p rolls (its `_seg_start`
 /// output, with zero MC values: the segmentation must not read them).
 std::vector<std::vector<int64_t>>
-segmentStarts(TrainerState &s, const std::vector<Rollout> &rolls) {
+segmentStarts(TrainerState &s, const std::vector<Rollout> &sampled) {
+  // The estimator reads the policy's log-probabilities, as in the step.
+  std::vector<Rollout> relabeled;
+  if (s.models.rollout) {
+    relabeled = sampled;
+    relabelLogProbs(s, relabeled);
+  }
+  const std::vector<Rollout> &rolls = s.models.rollout ? relabeled : sampled;
   Scores sc = score(s, rolls);
   TensorMap outs = runEstimator(s, rolls, sc, RolloutBatch{});
   std::vector<std::vector<int64_t>> starts(rolls.size());
@@ -40,7 +94,7 @@ RolloutBatch sampleRollouts(TrainerState &s,
                             const std::vector<std::vector<int64_t>> &prompts,
                             int64_t rlIndex, int64_t p0) {
   PlanContext ctx;
-  ctx.model = s.models.policy;
+  ctx.model = rolloutPolicy(s);
   ctx.options = s.task.samplingOptions(false);
   ctx.tokenizer = s.task.tokenizer.get();
   ctx.gen = &s.sampleGen;
@@ -104,6 +158,7 @@ StepBatch sampleStep(TrainerState &s, int64_t rlIndex) {
   s.models.policy->eval();
   batch.plan = sampleRollouts(s, problems, prompts, rlIndex, p0);
   RolloutTotals &t = batch.totals;
+  t.logpDiff = relabelLogProbs(s, batch.plan.rolls);
   int64_t tokens = 0;
   for (const Rollout &r : batch.plan.rolls) {
     t.reward += r.reward;

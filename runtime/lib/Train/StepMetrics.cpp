@@ -11,12 +11,13 @@ namespace {
 /// Sums the rank's totals over the world (each rank holds its part of
 /// every sum), in one all-reduce.
 void sumOverWorld(const World &world, RolloutTotals &t, UpdateStats &u) {
-  std::vector<double> v{u.pgLoss,    u.valueLoss, u.kl,     u.loss,
-                        u.clipFrac,  u.ratio,     t.reward, t.correct,
-                        t.entropy,   t.tokens,    t.paths,  t.toolCalls,
-                        t.toolTurns, t.toolOk};
+  std::vector<double> v{u.pgLoss,    u.valueLoss, u.kl,      u.loss,
+                        u.clipFrac,  u.ratio,     t.reward,  t.correct,
+                        t.entropy,   t.tokens,    t.paths,   t.toolCalls,
+                        t.toolTurns, t.toolOk,    t.logpDiff};
   world.sum(v);
   t.toolCalls = v[11], t.toolTurns = v[12], t.toolOk = v[13];
+  t.logpDiff = v[14];
   u.pgLoss = v[0], u.valueLoss = v[1], u.kl = v[2], u.loss = v[3];
   u.clipFrac = v[4], u.ratio = v[5];
   t.reward = v[6], t.correct = v[7], t.entropy = v[8];
@@ -44,6 +45,8 @@ RolloutTotals stepMetrics(TrainerState &s, nlohmann::json &row, RolloutTotals t,
   row["ratio_mean"] = u.ratio / n;
   row["grad_norm"] = u.gradNorm / n;
   row["response_len"] = t.tokens / t.paths;
+  if (s.models.rollout)
+    row["rollout_logp_diff"] = t.tokens != 0 ? t.logpDiff / t.tokens : 0.0;
   if (cfg.tools.enabled()) {
     // Turns: calls answered per rollout; accuracy: of the calls closed
     // (those past the turn limit included), the ones that evaluated (0

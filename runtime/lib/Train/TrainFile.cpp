@@ -9,6 +9,8 @@
 
 #include "TrainFileChecker.h"
 
+#include "cac/Runtime/Model/Transformer.h"
+
 #include <fstream>
 #include <functional>
 #include <map>
@@ -146,6 +148,19 @@ std::vector<std::pair<std::string, Handler>> fieldTable(Checker &c,
          return s.has_value();
        }},
       {"threads", intField(cfg.threads, "threads", 0, 1024)},
+      {"rollout_dtype",
+       [&](const Value &v) {
+         auto s = c.string(v, "'rollout_dtype'");
+         if (!s)
+           return false;
+         try {
+           cfg.rolloutDtype = modelDtypeName(parseModelDtype(*s));
+         } catch (const std::exception &e) {
+           diag.error(v.loc, std::string("'rollout_dtype': ") + e.what());
+           return false;
+         }
+         return true;
+       }},
   };
 }
 

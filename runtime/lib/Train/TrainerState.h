@@ -113,6 +113,11 @@ struct EstimatorSetup {
 /// (Models.cpp).
 struct ModelSet {
   TransformerLM policy{nullptr}, reference{nullptr}, critic{nullptr};
+  /// The policy's copy in the rollout dtype (null while rollouts sample
+  /// from the policy itself; rolloutPolicy() makes and refreshes it), and
+  /// the policy's weight versions it was copied at.
+  TransformerLM rollout{nullptr};
+  int64_t rolloutVersion = -1;
   /// The estimator, the objective or the KL term reads logp_ref.
   bool needReference = false;
   std::unique_ptr<torch::optim::AdamW> optimizer;

@@ -40,19 +40,29 @@
 # with the staged grpo bundle) on $DEVICE and prints its accuracy before and
 # after RL and its time per phase, for docs/benchmarks.md. `run.sh gen`
 # builds bench/generation and prints generation tokens/s with and without the
-# KV cache on $DEVICE and on the CPU, for docs/benchmarks.md. BUILD_ONLY=1
+# KV cache on $DEVICE and on the CPU, for docs/benchmarks.md. `run.sh genbf16`
+# builds it too and times bf16 generation at the Qwen2.5-0.5B and 1.5B shapes
+# (random weights) against bench/python/generate_baseline.py, a plain
+# PyTorch loop run by `python3` on the same device, one model after the
+# other, each program under a time limit, with the device memory's peak
+# (nvidia-smi, polled) of each, and prints one table (docs/benchmarks.md,
+# "Generation at real shapes in bf16"). BUILD_ONLY=1
 # builds cac-run and cac-bench-generation and runs nothing; CONFIGURE_ONLY=1
 # configures the build and checks that ninja knows how to make both (every
 # source present) without building them (scripts/test.sh, whose main build
 # compiles the same sources and passes its cac-run as CAC_RUN).
 set -uo pipefail
 out=${OUT:-/tmp}
+mkdir -p "$out"
 py=${PYTHON:-$(command -v python3)}
 device=${DEVICE:-cuda}
 deps=${CAC_GPU_DEPS:-$PWD/.gpu-deps}
 bundles=$deps/stdlib-bundles
-[ -f "$bundles/grpo/manifest.json" ] ||
-  { echo "no $bundles: run scripts/gpu/stage.sh on a machine with the compiler"; exit 1; }
+case "${1:-}" in
+gen | genbf16) ;; # generation needs no estimator bundle
+*) [ -f "$bundles/grpo/manifest.json" ] ||
+  { echo "no $bundles: run scripts/gpu/stage.sh on a machine with the compiler"; exit 1; } ;;
+esac
 if [ -n "${CAC_RUN:-}" ]; then
   run=$CAC_RUN
 else
@@ -73,7 +83,7 @@ else
     exit 0
   fi
   target=cac-run
-  [ "${1:-}" = gen ] && target=cac-bench-generation
+  case "${1:-}" in gen | genbf16) target=cac-bench-generation ;; esac
   [ -n "${BUILD_ONLY:-}" ] && target="cac-run cac-bench-generation"
   ninja -k 0 -C "$build" $target >"$out/build.log" 2>&1 ||
     { grep -A12 "error" "$out/build.log" | head -80; exit 1; }
@@ -93,6 +103,90 @@ if [ "${1:-}" = gen ]; then
     "$gen" --device "$d" ${GEN_ARGS:-} | tee "$out/generation-${d//:/}.md" || exit 1
   done
   exit 0
+fi
+
+if [ "${1:-}" = genbf16 ]; then
+  [ -n "${CAC_RUN:-}" ] && gen=$(dirname "$CAC_RUN")/cac-bench-generation ||
+    gen=$build/bin/cac-bench-generation
+  # The issue's shape: 64 prompts x 8 rollouts, 512 new tokens (prompts of
+  # 64 tokens); GENBF16_* change it for a dry run (DEVICE=cpu
+  # GENBF16_MODELS=tiny ...).
+  models=${GENBF16_MODELS:-qwen2.5-0.5b qwen2.5-1.5b}
+  shape="--prompts ${GENBF16_PROMPTS:-64} --samples ${GENBF16_SAMPLES:-8}
+    --prompt-len ${GENBF16_PROMPT_LEN:-64} --new ${GENBF16_NEW:-512}
+    --iters ${GENBF16_ITERS:-1}"
+  limit=${GENBF16_TIMEOUT:-75} # seconds per program and model
+  rows=$out/genbf16.jsonl
+  : >"$rows"
+  # peak LOG CMD...: runs CMD (its output to LOG) while polling the GPU's
+  # memory in use every 100 ms; prints the peak above the memory in use
+  # before it started, in MiB (null on the CPU or without nvidia-smi).
+  peak() {
+    local log=$1 mem=$work/mem.txt poll="" base=0 rc
+    shift
+    if [ "$device" != cpu ] && command -v nvidia-smi >/dev/null; then
+      base=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
+      nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 \
+        >"$mem" 2>/dev/null &
+      poll=$!
+    fi
+    "$@" >"$log" 2>&1
+    rc=$?
+    if [ -n "$poll" ]; then
+      kill "$poll" 2>/dev/null
+      wait "$poll" 2>/dev/null
+      local top
+      top=$(sort -n "$mem" | tail -1)
+      [ -n "$top" ] && [ -n "$base" ] && echo $((top - base)) || echo null
+    else
+      echo null
+    fi
+    return $rc
+  }
+  for m in $models; do
+    for impl in cac python; do
+      log=$out/genbf16-$impl-$m.log
+      if [ $impl = cac ]; then
+        cmd=("$gen" --device "$device" --dtype bf16 --models "$m" --no-uncached $shape --json "$rows")
+      else
+        cmd=("$py" bench/python/generate_baseline.py --device "$device" --dtype bf16 --model "$m" $shape --json "$rows")
+      fi
+      echo "== $impl $m ($(date -u +%H:%M:%S))"
+      mib=$(peak "$log" timeout "$limit" "${cmd[@]}")
+      rc=$?
+      [ $rc = 0 ] || { echo "$impl $m: exit status $rc (124: over ${limit} s); its log:"; tail -5 "$log"; status=1; }
+      echo "{\"impl\": \"$impl\", \"model\": \"$m\", \"peak_mib\": $mib, \"rc\": $rc}" >>"$work/peaks.jsonl"
+    done
+  done
+  grep -h "fused vs plain" "$out"/genbf16-cac-*.log
+  $py - "$rows" "$work/peaks.jsonl" "$models" <<'PY' | tee "$out/genbf16.md"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+peaks = {(p["impl"], p["model"]): p for p in map(json.loads, open(sys.argv[2]))}
+print("| model | implementation | rows | prompt + new tokens | s | tok/s | "
+      "peak device MiB | cac / python |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+for m in sys.argv[3].split():
+    got = {r["impl"]: r for r in rows if r["model"] == m}
+    for impl, name in (("cac", "cac (C++, LibTorch)"),
+                       ("python", "plain PyTorch loop")):
+        p = peaks.get((impl, m), {})
+        r = got.get(impl)
+        mib = p.get("peak_mib")
+        mib = "-" if mib is None else str(mib)
+        if r is None:
+            print(f"| {m} | {name} | - | - | - | failed (exit {p.get('rc')}) "
+                  f"| {mib} | |")
+            continue
+        ratio = ""
+        if impl == "cac" and "python" in got:
+            ratio = f"{r['tokens_per_s'] / got['python']['tokens_per_s']:.2f}x"
+        extra = f" ({r['attention']}, torch {r['torch']})" if impl == "python" else ""
+        print(f"| {m} | {name}{extra} | {r['rows']} | {r['prompt_tokens']} + "
+              f"{r['new_tokens']} | {r['seconds']:.2f} | "
+              f"{r['tokens_per_s']:.0f} | {mib} | {ratio} |")
+PY
+  exit $status
 fi
 
 if [ "${1:-}" = main ]; then

@@ -101,6 +101,27 @@ TEST(TrainFile, ParsesEveryField) {
   EXPECT_EQ(c.threads, 2);
 }
 
+TEST(TrainFile, RolloutDtype) {
+  Result r = check(withFields(""));
+  ASSERT_TRUE(r.cfg) << r.errors;
+  EXPECT_EQ(r.cfg->rolloutDtype, "float32");
+  r = check(withFields("  rollout_dtype = \"bf16\"\n"));
+  ASSERT_TRUE(r.cfg) << r.errors;
+  EXPECT_EQ(r.cfg->rolloutDtype, "bfloat16");
+  r = check(withFields("  rollout_dtype = \"bfloat8\"\n"));
+  EXPECT_FALSE(r.cfg);
+  EXPECT_EQ(r.errors,
+            "t.cac:6:19: error: 'rollout_dtype': unknown model dtype "
+            "'bfloat8' (float32 or bfloat16; also f32, fp32, bf16)\n"
+            "  rollout_dtype = \"bfloat8\"\n"
+            "                  ^\n");
+  r = check(withFields("  rollout_dtype = 16\n"));
+  EXPECT_FALSE(r.cfg);
+  EXPECT_NE(r.errors.find("'rollout_dtype' must be a string"),
+            std::string::npos)
+      << r.errors;
+}
+
 TEST(TrainFile, ArithDigitsAndOps) {
   Result r = check("train t { model = builtin(\"tiny\") steps = 1 estimator "
                    "= \"g.cac\"\n task = arith(digits = 2, ops = \"+-*\") }");

@@ -522,6 +522,38 @@ TEST_F(TrainerTest, SameSeedSameMetrics) {
   EXPECT_NE(json(a).dump(), json(c).dump());
 }
 
+TEST_F(TrainerTest, Bfloat16RolloutsTrainAgainstTheFloat32Policy) {
+  // One update per step over the whole batch: its ratio is exactly 1 when
+  // the old log-probabilities are the float32 policy's own, not the
+  // bfloat16 sampler's (those differ by rollout_logp_diff per token).
+  std::string src = source("grpo", "  rollout_dtype = \"bfloat16\"\n");
+  src.replace(src.find("epochs = 2"), 10, "epochs = 1");
+  src.replace(src.find("minibatches = 2"), 15, "minibatches = 1");
+  auto rows = runToEnd(config(src, "bf16"));
+  int rl = 0;
+  for (const json &r : rows) {
+    if (r["phase"] != "rl")
+      continue;
+    ++rl;
+    for (const char *k : {"reward_mean", "loss", "pg_loss", "kl",
+                          "grad_norm", "entropy", "rollout_logp_diff"}) {
+      ASSERT_TRUE(r.contains(k)) << k;
+      EXPECT_TRUE(std::isfinite(r[k].get<double>())) << k;
+    }
+    EXPECT_NEAR(r["ratio_mean"].get<double>(), 1.0, 1e-6);
+    EXPECT_EQ(r["clip_frac"].get<double>(), 0.0);
+    // bfloat16 sampling moved the log-probabilities, but only a little.
+    double diff = r["rollout_logp_diff"].get<double>();
+    EXPECT_GT(diff, 0.0);
+    EXPECT_LT(diff, 0.1);
+  }
+  EXPECT_EQ(rl, 3);
+  // float32 rollouts (the default) have no such metric.
+  auto plain = runToEnd(config(source(), "f32"));
+  for (const json &r : plain)
+    EXPECT_FALSE(r.contains("rollout_logp_diff"));
+}
+
 TEST_F(TrainerTest, ResumeAfterKillEqualsUninterrupted) {
   for (int64_t killAfter : {2, 3, 4}) {
     SCOPED_TRACE("killed after " + std::to_string(killAfter) + " steps");

@@ -33,6 +33,7 @@
 #include <torch/nn/pimpl.h>
 
 #include <optional>
+#include <string>
 #include <vector>
 
 namespace cac::rt {
@@ -126,6 +127,9 @@ public:
                      KVCache *cache);
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr},
       o_proj{nullptr};
+  /// Whether forward() calls at::scaled_dot_product_attention (only where
+  /// fusedAttentionAvailable()) instead of matmul and softmax.
+  bool fused = false;
 
 private:
   int64_t layer_, numHeads_, numKvHeads_, headDim_;
@@ -205,6 +209,15 @@ public:
                    std::optional<at::Generator> generator = std::nullopt);
 
   const ModelConfig &config() const { return config_; }
+  /// The floating-point type of the weights (and so of the activations and
+  /// the KV cache): float32 unless the model was cast, e.g. with
+  /// to(at::kBFloat16).
+  at::ScalarType dtype() const;
+  /// Selects the attention kernel of every layer: at::scaled_dot_product_
+  /// attention (the default where fusedAttentionAvailable()) or the plain
+  /// matmul/softmax path. Throws if \p fused is asked for where this
+  /// LibTorch has no fused attention.
+  void setFusedAttention(bool fused);
   /// Number of scalar parameters.
   int64_t numParameters() const;
   /// The device of the parameters.
@@ -222,6 +235,17 @@ private:
   at::Tensor invFreq_; // float32, on the parameters' device
 };
 TORCH_MODULE(TransformerLM);
+
+/// Whether this LibTorch has at::scaled_dot_product_attention (LibTorch 2
+/// and later; 1.13 has not).
+bool fusedAttentionAvailable();
+
+/// The model dtype named \p name: "float32" (or "f32", "fp32") or
+/// "bfloat16" (or "bf16"). Throws std::runtime_error naming the accepted
+/// names otherwise.
+at::ScalarType parseModelDtype(const std::string &name);
+/// The name of a model dtype: "float32", "bfloat16" (or c10's name).
+std::string modelDtypeName(at::ScalarType dtype);
 
 /// The additive attention mask [B, 1, 1, T, S] for T queries appended after
 /// \p past cached slots: query t of row b sees key s when keyMask[b, s] and

@@ -344,6 +344,12 @@ struct TrainConfig {
   std::filesystem::path out = "runs/train";
   /// Intra-op CPU threads (0: LibTorch's default).
   int64_t threads = 0;
+  /// The dtype the rollouts and evaluations sample in ("float32" or
+  /// "bfloat16", modelDtypeName's names). Not float32: a copy of the policy
+  /// in that dtype samples, refreshed whenever the policy's weights changed;
+  /// the policy itself, its update and the old log-probabilities stay
+  /// float32 (docs/training.md, "Rollout dtype").
+  std::string rolloutDtype = "float32";
 
   /// Where each field was set (for errors found after parsing).
   std::vector<std::pair<std::string, SourceLoc>> fieldLocs;
