@@ -10,7 +10,7 @@
 # of scripts/gpu/check.sh in the order given (default: tests train main bench
 # gen), each cut off at what is left of BUDGET seconds, and packs every log
 # into $OUT/logs.tgz (the device tool returns only a few files) with the
-# tables (bench-gpu.md, generation-cuda.md, baselines-cuda.md) and summary.txt beside it. A step
+# tables (bench-gpu.md, generation-cuda.md, baselines-cuda.md, genbf16.md) and summary.txt beside it. A step
 # that did not start for lack of time says so in summary.txt. Exit status 0
 # only if every step ran and passed. DEVICE=cpu NCCL=0, with a python3 on PATH
 # that names a CPU LibTorch, checks the script on a machine without a GPU.
@@ -28,7 +28,7 @@ summary=$final/summary.txt
 : >"$summary"
 note() { echo "$*" | tee -a "$summary"; }
 pack() {
-  for f in bench-gpu.md generation-cuda.md baselines-cuda.md main-metrics.jsonl; do
+  for f in bench-gpu.md generation-cuda.md baselines-cuda.md main-metrics.jsonl genbf16.md genbf16.jsonl; do
     [ -f "$OUT/$f" ] && cp "$OUT/$f" "$final/"
   done
   tar czf "$final/logs.tgz" -C "$OUT" . 2>/dev/null
