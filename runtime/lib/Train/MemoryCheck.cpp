@@ -14,11 +14,9 @@
 
 #include "Phases.h"
 
-#include "cac/Runtime/Kernels/CudaDriver.h"
+#include "CudaAllocatorCache.h"
 
-#if CAC_HAVE_CUDA_ALLOCATOR_STATS
-#include <c10/cuda/CUDACachingAllocator.h>
-#endif
+#include "cac/Runtime/Kernels/CudaDriver.h"
 
 #include <algorithm>
 #include <cstdio>
@@ -69,32 +67,6 @@ double cgroupHeadroom() {
   } catch (const std::exception &) {
     return -1;
   }
-}
-
-/// What LibTorch's CUDA caching allocator holds on device \p ordinal
-/// reserved but not allocated: blocks freed by tensors, kept for reuse,
-/// which the driver counts as used. 0 before the allocator's first use.
-double cachedUnallocatedCuda(int ordinal) {
-#if CAC_HAVE_CUDA_ALLOCATOR_STATS
-  c10::cuda::CUDACachingAllocator::CUDAAllocator *a =
-      c10::cuda::CUDACachingAllocator::get();
-  if (!a || !a->initialized())
-    return 0;
-  try {
-    const auto stats =
-        a->getDeviceStats(static_cast<c10::DeviceIndex>(ordinal));
-    // Entry 0 of each StatArray is StatType::AGGREGATE, all pools together
-    // (the enum's namespace moved between LibTorch releases, its value not).
-    int64_t cached =
-        stats.reserved_bytes[0].current - stats.allocated_bytes[0].current;
-    return static_cast<double>(std::max<int64_t>(cached, 0));
-  } catch (const std::exception &) {
-    return 0;
-  }
-#else
-  (void)ordinal;
-  return 0;
-#endif
 }
 
 /// Whether availableCudaMemory counts the caching allocator's cache.
