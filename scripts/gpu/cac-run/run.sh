@@ -115,7 +115,7 @@ if [ "${1:-}" = genbf16 ]; then
   shape="--prompts ${GENBF16_PROMPTS:-64} --samples ${GENBF16_SAMPLES:-8}
     --prompt-len ${GENBF16_PROMPT_LEN:-64} --new ${GENBF16_NEW:-512}
     --iters ${GENBF16_ITERS:-1}"
-  limit=${GENBF16_TIMEOUT:-75} # seconds per program and model
+  limit=${GENBF16_TIMEOUT:-150} # seconds per program and model
   rows=$out/genbf16.jsonl
   : >"$rows"
   # peak LOG CMD...: runs CMD (its output to LOG) while polling the GPU's
