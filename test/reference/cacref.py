@@ -1143,7 +1143,9 @@ def clipped_surrogate(r, A, eps_low=0.2, eps_high=0.2, dual_clip=0.0):
 
 def kl_term(d, kind):
     """KL estimators with d = logp - logp_ref (§0.2): returns (value, d value / d logp).
-    1: k1 = d; 2: k2 = d^2/2; 3: k3 = exp(-d) + d - 1."""
+    1: k1 = d; 2: k2 = d^2/2; 3: k3 = exp(-d) + d - 1; 4: |d| (gradient 0 at 0)."""
+    if kind == 4:
+        return abs(d), (1.0 if d > 0 else -1.0 if d < 0 else 0.0)
     if kind == 1:
         return d, 1.0
     if kind == 2:
@@ -1155,7 +1157,8 @@ def kl_term(d, kind):
 
 def policy_loss(logp_new, logp_old, adv, ratio="token", segments=None, weight=None,
                 eps_low=0.2, eps_high=0.2, dual_clip=0.0, agg="token-mean", norm_len=0,
-                clamp_log_ratio=0.0, logp_ref=None, kl=0, beta=0.0, seq_log_ratio_max=0.0):
+                clamp_log_ratio=0.0, logp_ref=None, kl=0, beta=0.0, seq_log_ratio_max=0.0,
+                kl_straight=False):
     """Clipped policy loss and its gradient d loss / d logp_new (ragged lists).
 
     ratio = "token"     rho[t] = exp(x[t]), x = logp_new - logp_old (PPO, GRPO, SPO, SPPO)
@@ -1163,8 +1166,9 @@ def policy_loss(logp_new, logp_old, adv, ratio="token", segments=None, weight=No
             "seq_token" forward s_i, gradient s_i * d logp_new[t] (GSPO-token, §1.4)
             "seg"       s_m = exp(mean_{t in seg m} x[t]) (SAPO, §7.4); needs `segments`
     The per-token loss is clipped_surrogate(ratio, adv[t]); it is aggregated with the
-    weights (the probability mask of SPO; default 1) by `agg`. With kl in {1,2,3} the term
-    beta * token-mean(k) over all tokens (unweighted) is added. clamp_log_ratio > 0 clamps
+    weights (the probability mask of SPO; default 1) by `agg`. With kl in {1,2,3,4} the term
+    beta * token-mean(k) over all tokens (unweighted) is added (kl_straight: k's value with
+    k2's gradient d, verl's "+" forms). clamp_log_ratio > 0 clamps
     x to [-c, c] first (verl uses 20; off by default). seq_log_ratio_max = c > 0 ("seq_token"
     only, verl's GSPO clamp at 10): a sequence whose mean log-ratio exceeds c has the ratio
     e^c and no gradient."""
@@ -1224,6 +1228,8 @@ def policy_loss(logp_new, logp_old, adv, ratio="token", segments=None, weight=No
         for i in range(B):
             for t in range(len(logp_new[i])):
                 k, dk = kl_term(logp_new[i][t] - logp_ref[i][t], kl)
+                if kl_straight:
+                    dk = logp_new[i][t] - logp_ref[i][t]
                 kterms.append(k)
                 grad[i][t] += beta * dk / N
         loss += beta * math.fsum(kterms) / N
@@ -1614,6 +1620,8 @@ def obj_is(name, t, agg, p):
             if name == "ppo_kl_is":
                 k, dk = kl_term(n[i][j] - t["logp_ref"][i][j],
                                 as_int("kl_type", p.get("kl_type", 3), 1))
+                if p.get("straight", 0) > 0:  # verl's "+" forms: k2's gradient
+                    dk = n[i][j] - t["logp_ref"][i][j]
                 e, de = p.get("kl_coef", 0.001) * k, p.get("kl_coef", 0.001) * dk
             return l, dr * r, e, de
     elif name == "gspo_token_is":

@@ -148,7 +148,9 @@ def reference(name, batch, got, mode, params):
         if mode != "token-mean":
             return None  # the reference adds its KL term as a token-mean only
         loss, g = cacref.policy_loss(t["logp_new"], t["logp"], t["adv"], agg=mode,
-                                     logp_ref=t["logp_ref"], kl=3, beta=0.001)
+                                     logp_ref=t["logp_ref"], kl=int(params.get("kl_type", 3)),
+                                     beta=params.get("kl_coef", 0.001),
+                                     kl_straight=params.get("straight", 0) > 0)
     elif name == "gspo_token":
         loss, g = cacref.policy_loss(t["logp_new"], t["logp"], t["adv"], ratio="seq_token",
                                      eps_low=3e-4, eps_high=4e-4, agg=mode,
@@ -191,6 +193,9 @@ WRT.update({"ppo_dual_clip": "logp_new", "ppo_dual_clip_kl": "logp_new", "cispo"
 SEQ_LOSS |= {"gmpo"}
 # Parameter sets each objective runs with besides its defaults ({}): --param k=v.
 VARIANTS = {
+    # Every KL estimator of ppo_kl, plain and straight-through.
+    "ppo_kl": [{"kl_type": k, "straight": st, "kl_coef": 0.1} for k in (1, 2, 3, 4)
+               for st in (0, 1)],
     # verl's GSPO clamp, low enough that some sequences' mean log-ratio passes it.
     "gspo_token": [{"log_ratio_max": 1e-5}],
     "ppo_dual_clip": [{"dual_clip": 1.5, "eps_high": 0.28}],
@@ -209,7 +214,8 @@ VARIANTS = {
 WRT.update({n: "logp_new" for n in cacref.IS_OBJECTIVES})
 VARIANTS.update({
     "ppo_clip_is": [{"dual_clip": 3.0, "eps_high": 0.28}],
-    "ppo_kl_is": [{"kl_type": 1, "kl_coef": 0.1}, {"kl_type": 2, "kl_coef": 0.1}],
+    "ppo_kl_is": [{"kl_type": 1, "kl_coef": 0.1}, {"kl_type": 2, "kl_coef": 0.1},
+                  {"kl_type": 4, "kl_coef": 0.1}, {"kl_type": 3, "straight": 1, "kl_coef": 0.1}],
     "ppo_dual_clip_is": [{"dual_clip": 1.5, "eps_high": 0.28}],
     "ppo_dual_clip_kl_is": [{"kl_type": k, "straight": st, "kl_coef": 0.1}
                             for k in (1, 3, 4) for st in (0, 1)],
