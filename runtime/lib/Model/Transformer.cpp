@@ -440,12 +440,7 @@ bool fusedAttentionAvailable() {
 }
 
 at::ScalarType parseModelDtype(const std::string &name) {
-  if (name == "float32" || name == "f32" || name == "fp32")
-    return at::kFloat;
-  if (name == "bfloat16" || name == "bf16")
-    return at::kBFloat16;
-  throw std::runtime_error("unknown model dtype '" + name +
-                           "' (float32 or bfloat16; also f32, fp32, bf16)");
+  return canonicalModelDtype(name) == "bfloat16" ? at::kBFloat16 : at::kFloat;
 }
 
 std::string modelDtypeName(at::ScalarType dtype) {

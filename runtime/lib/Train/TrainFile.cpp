@@ -9,7 +9,7 @@
 
 #include "TrainFileChecker.h"
 
-#include "cac/Runtime/Model/Transformer.h"
+#include "cac/Runtime/Model/ModelDtype.h"
 
 #include <fstream>
 #include <functional>
@@ -154,7 +154,7 @@ std::vector<std::pair<std::string, Handler>> fieldTable(Checker &c,
          if (!s)
            return false;
          try {
-           cfg.rolloutDtype = modelDtypeName(parseModelDtype(*s));
+           cfg.rolloutDtype = canonicalModelDtype(*s);
          } catch (const std::exception &e) {
            diag.error(v.loc, std::string("'rollout_dtype': ") + e.what());
            return false;

@@ -25,6 +25,7 @@
 #define CAC_RUNTIME_MODEL_TRANSFORMER_H
 
 #include "cac/Runtime/Model/Config.h"
+#include "cac/Runtime/Model/ModelDtype.h"
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
@@ -240,9 +241,9 @@ TORCH_MODULE(TransformerLM);
 /// and later; 1.13 has not).
 bool fusedAttentionAvailable();
 
-/// The model dtype named \p name: "float32" (or "f32", "fp32") or
-/// "bfloat16" (or "bf16"). Throws std::runtime_error naming the accepted
-/// names otherwise.
+/// The model dtype named \p name (canonicalModelDtype's names: "float32",
+/// "f32", "fp32", "bfloat16", "bf16"). Throws std::runtime_error naming the
+/// accepted names otherwise.
 at::ScalarType parseModelDtype(const std::string &name);
 /// The name of a model dtype: "float32", "bfloat16" (or c10's name).
 std::string modelDtypeName(at::ScalarType dtype);
