@@ -106,6 +106,20 @@ protected:
     return *cfg;
   }
 
+  /// The error Trainer::prepare throws for training file \p src (written in
+  /// sub-folder "a"); empty when it prepares.
+  std::string prepareError(const std::string &src) {
+    TrainConfig cfg = config(src, "a");
+    Trainer t(cfg, quiet());
+    DiagnosticEngine diag(cfg.file.string(), "");
+    try {
+      t.prepare(diag);
+    } catch (const std::exception &x) {
+      return x.what();
+    }
+    return "";
+  }
+
   static TrainerOptions quiet(TrainerOptions o = {}) {
     o.progress = false;
     o.verbose = false;
@@ -539,15 +553,7 @@ TEST_F(ReliabilityTest, AModelThatCannotTrainIsRefusedBeforeAllocating) {
               58,
               "hidden = 1024, layers = " + std::to_string(layers) +
                   ", heads = 8, kv_heads = 8, ffn = 4096");
-  TrainConfig cfg = config(src, "a");
-  Trainer t(cfg, quiet());
-  DiagnosticEngine diag(cfg.file.string(), "");
-  std::string e;
-  try {
-    t.prepare(diag);
-  } catch (const std::exception &x) {
-    e = x.what();
-  }
+  std::string e = prepareError(src);
   EXPECT_NE(e.find("training needs at least about "), std::string::npos) << e;
   EXPECT_NE(e.find(" on cpu (the policy's "), std::string::npos) << e;
   EXPECT_NE(e.find(" float32 parameters (" + std::to_string(layers) +
@@ -580,15 +586,7 @@ TEST_F(ReliabilityTest, AMinibatchWhoseActivationsCannotFitIsRefused) {
   src.replace(src.find("prompts = 3"), 11,
               "prompts = " + std::to_string(prompts));
   src.replace(src.find("minibatches = 2"), 15, "minibatches = 1");
-  TrainConfig cfg = config(src, "a");
-  Trainer t(cfg, quiet());
-  DiagnosticEngine diag(cfg.file.string(), "");
-  std::string e;
-  try {
-    t.prepare(diag);
-  } catch (const std::exception &x) {
-    e = x.what();
-  }
+  std::string e = prepareError(src);
   EXPECT_NE(e.find("training needs at least about "), std::string::npos) << e;
   EXPECT_NE(e.find("; the update's activations for a minibatch of " +
                    std::to_string(prompts * 4) + " sequences of "),
@@ -602,7 +600,7 @@ TEST_F(ReliabilityTest, AMinibatchWhoseActivationsCannotFitIsRefused) {
                    "(max_tokens)"),
             std::string::npos)
       << e;
-  EXPECT_FALSE(fs::exists(cfg.out / "metrics.jsonl"));
+  EXPECT_FALSE(fs::exists(dir_ / "a" / "out" / "metrics.jsonl"));
 }
 
 // A batch that cannot fit is refused at the first prompt with
