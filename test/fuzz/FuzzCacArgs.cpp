@@ -17,6 +17,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "../../compiler/tools/cac/CommandLine.h"
+#include "FuzzInput.h"
 
 #include "cac/Conversion/Passes.h"
 #include "cac/Pipelines.h"
@@ -27,6 +28,7 @@
 #include <cmath>
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 using namespace cac::tool;
@@ -78,16 +80,10 @@ std::string summary(const CommandLine &c) {
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  // argv[0], then the input's arguments: 256 in all at most.
   std::vector<std::string> args{"cac"};
-  std::string input(reinterpret_cast<const char *>(data), size);
-  size_t start = 0;
-  while (start <= input.size() && args.size() < 256) {
-    size_t end = input.find('\0', start);
-    if (end == std::string::npos)
-      end = input.size();
-    args.push_back(input.substr(start, end - start));
-    start = end + 1;
-  }
+  for (std::string &a : cac::fuzz::splitArguments(data, size, 255))
+    args.push_back(std::move(a));
   std::vector<const char *> argv;
   for (const std::string &a : args)
     argv.push_back(a.c_str());

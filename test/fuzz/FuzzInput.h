@@ -16,6 +16,7 @@
 #include <string>
 #include <sys/mman.h>
 #include <unistd.h>
+#include <vector>
 
 namespace cac::fuzz {
 
@@ -51,6 +52,23 @@ private:
   int fd_ = -1;
   std::string path_;
 };
+
+/// A command line's arguments from one input: its NUL-separated parts (an
+/// empty part is an empty argument), at most \p most of them.
+inline std::vector<std::string> splitArguments(const uint8_t *data,
+                                               size_t size, size_t most) {
+  std::vector<std::string> args;
+  std::string input(reinterpret_cast<const char *>(data), size);
+  size_t start = 0;
+  while (start <= input.size() && args.size() < most) {
+    size_t end = input.find('\0', start);
+    if (end == std::string::npos)
+      end = input.size();
+    args.push_back(input.substr(start, end - start));
+    start = end + 1;
+  }
+  return args;
+}
 
 } // namespace cac::fuzz
 

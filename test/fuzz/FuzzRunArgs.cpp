@@ -14,6 +14,7 @@
 //===----------------------------------------------------------------------===//
 
 #include "../../runtime/tools/cac-run/CacRun.h"
+#include "FuzzInput.h"
 
 #include <cstdint>
 #include <string>
@@ -32,16 +33,7 @@ void require(bool ok) {
 } // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
-  std::vector<std::string> args;
-  std::string input(reinterpret_cast<const char *>(data), size);
-  size_t start = 0;
-  while (start <= input.size() && args.size() < 256) {
-    size_t end = input.find('\0', start);
-    if (end == std::string::npos)
-      end = input.size();
-    args.push_back(input.substr(start, end - start));
-    start = end + 1;
-  }
+  std::vector<std::string> args = cac::fuzz::splitArguments(data, size, 256);
   CommandLine cl;
   if (std::optional<int> rc = parseCommandLine(args, cl)) {
     require(*rc == 0 || *rc == 2);
