@@ -1,5 +1,6 @@
 """Estimators: a compiled .cac file run on torch tensors."""
 
+import copy
 import os
 
 import torch
@@ -58,6 +59,12 @@ class Estimator:
         """{name: value} of every parameter (defaults filled in)."""
         return dict(self._params)
 
+    @property
+    def given_params(self):
+        """The parameters set at load or by set_params (the others hold
+        their defaults)."""
+        return frozenset(self._given)
+
     def set_params(self, params):
         """Changes parameters (no recompile: they are kernel arguments)."""
         for name, value in params.items():
@@ -73,6 +80,16 @@ class Estimator:
                     raise ValueError(f"{self.path}: missing required parameter"
                                      f" '{name}' (it has no default)")
                 self._params[name] = float(default)
+
+    def with_params(self, params):
+        """A copy with `params` changed, sharing the compiled bundles (no
+        compile, no copy of the kernels): for parameters that change per
+        call, as verl's config does."""
+        twin = copy.copy(self)
+        twin._params = dict(self._params)
+        twin._given = set(self._given)
+        twin.set_params(params)
+        return twin
 
     def _param_value(self, name, value):
         if isinstance(value, bool):

@@ -35,6 +35,65 @@ def masked_whiten(values, mask):
     return (values - mean) * torch.rsqrt(var + 1e-8)
 
 
+#: verl's algorithm config (AlgoConfig: `algorithm.*`) -> the estimator
+#: parameter of the same meaning; the first key the config holds, not None,
+#: gives the value.
+ESTIMATOR_CONFIG = {
+    "gamma": ("gamma",),
+    "lambda": ("lam",),
+    "norm_by_std": ("norm_adv_by_std_in_grpo",),
+}
+
+#: verl's actor config (ActorConfig: `actor_rollout_ref.actor.*`) -> the
+#: objective parameter of the same meaning, as verl's vanilla loss reads it
+#: (clip_ratio_low and clip_ratio_high fall back to clip_ratio; the dual clip
+#: is clip_ratio_c, which verl's vanilla loss always applies).
+POLICY_LOSS_CONFIG = {
+    "eps_low": ("clip_ratio_low", "clip_ratio"),
+    "eps_high": ("clip_ratio_high", "clip_ratio"),
+    "dual_clip": ("clip_ratio_c",),
+    "norm_len": ("loss_scale_factor",),
+}
+
+
+def _config_value(config, key):
+    """config[key] for verl's configs: an OmegaConf DictConfig, a verl
+    dataclass config, a dict or any object with the attribute; None when
+    absent."""
+    if isinstance(config, dict):
+        return config.get(key)
+    if hasattr(config, "get"):
+        try:
+            return config.get(key, None)
+        except (TypeError, KeyError, AttributeError):
+            pass
+    return getattr(config, key, None)
+
+
+def config_params(config, table, runner):
+    """The parameters `runner` (an estimator or objective) takes from verl's
+    `config` through `table` ({param: config keys}): only declared
+    parameters that were not given at load (those stay fixed)."""
+    if config is None or not table:
+        return {}
+    out = {}
+    for param, keys in table.items():
+        if param not in runner.params or param in runner.given_params:
+            continue
+        for key in (keys,) if isinstance(keys, str) else keys:
+            value = _config_value(config, key)
+            if value is None:
+                continue
+            try:
+                out[param] = float(value)
+            except (TypeError, ValueError):
+                raise TypeError(f"verl config '{key}' (for the parameter "
+                                f"'{param}' of {runner.name}) must be a "
+                                f"number, got {value!r}") from None
+            break
+    return out
+
+
 def _input(name, kwargs, who):
     if name not in kwargs or kwargs[name] is None:
         raise TypeError(f"{who}: missing input '{name}' (pass it as a "
@@ -42,7 +101,8 @@ def _input(name, kwargs, who):
     return kwargs[name]
 
 
-def advantage_estimator(path, params=None, *, whiten=False, **load_args):
+def advantage_estimator(path, params=None, *, whiten=False,
+                        config_map=ESTIMATOR_CONFIG, **load_args):
     """A function with verl's advantage-estimator signature
     fn(token_level_rewards, response_mask, index=None, config=None,
     values=None, **kwargs) -> (advantages, returns) running the .cac
@@ -55,7 +115,12 @@ def advantage_estimator(path, params=None, *, whiten=False, **load_args):
     name. `advantages` is the output `adv` (whitened over the mask as
     verl's GAE does when whiten=True), `returns` the output `ret` or else
     `adv` (as verl's outcome estimators return it twice). Both are 0 where
-    response_mask is 0."""
+    response_mask is 0.
+
+    Parameters not given in `params` follow verl's `config` per call through
+    `config_map` ({param: config keys}, ESTIMATOR_CONFIG by default: gamma,
+    lam -> lambda, norm_adv_by_std_in_grpo -> norm_by_std); `{}` turns that
+    off. Parameters given in `params` stay fixed."""
     est = load(path, params, **load_args)
     if "adv" not in est.outputs:
         raise ValueError(f"{path}: an advantage estimator needs an output "
@@ -83,7 +148,8 @@ def advantage_estimator(path, params=None, *, whiten=False, **load_args):
                 kw[name] = index
             else:
                 kw[name] = _input(name, given, who)
-        out = est(**kw)
+        from_config = config_params(config, config_map, est)
+        out = (est.with_params(from_config) if from_config else est)(**kw)
         adv = out["adv"]
         returns = out.get("ret", adv)
         if whiten:
@@ -95,7 +161,8 @@ def advantage_estimator(path, params=None, *, whiten=False, **load_args):
     return fn
 
 
-def policy_loss(path, params=None, **load_args):
+def policy_loss(path, params=None, *, config_map=POLICY_LOSS_CONFIG,
+                **load_args):
     """A function with verl's policy-loss signature
     fn(old_log_prob, log_prob, advantages, response_mask,
     loss_agg_mode="token-mean", config=None, rollout_is_weights=None,
@@ -113,7 +180,13 @@ def policy_loss(path, params=None, **load_args):
     the per-token policy loss; without them such an objective gets weights
     1. Rows whose response_mask is all 0 (verl's rejection sampling or veto
     removed the sequence) are left out: they add nothing to verl's loss
-    and do not count in its seq-mean modes."""
+    and do not count in its seq-mean modes.
+
+    Parameters not given in `params` follow verl's actor `config` per call
+    through `config_map` (POLICY_LOSS_CONFIG by default: clip_ratio_low /
+    clip_ratio_high (else clip_ratio) -> eps_low / eps_high, clip_ratio_c ->
+    dual_clip, loss_scale_factor -> norm_len); `{}` turns that off.
+    Parameters given in `params` stay fixed."""
     obj = load(path, params, **load_args)
     if not hasattr(obj, "loss"):
         raise ValueError(f"{path}: a policy loss needs an objective (a file "
@@ -145,12 +218,15 @@ def policy_loss(path, params=None, **load_args):
             return (log_prob * 0).sum(), metrics
         if not bool(rows.all()):
             kw = {k: _rows(v, rows) for k, v in kw.items()}
+        from_config = config_params(config, config_map, obj)
         extra_args = {}
         if "aggregation" in obj.params:
             extra_args["aggregation"] = loss_agg_mode
             if not fixed_norm:
-                extra_args["norm_len"] = response_mask.shape[-1]
-        loss, extra = obj.loss(return_outputs=True, **kw, **extra_args)
+                extra_args["norm_len"] = from_config.pop("norm_len",
+                                                         response_mask.shape[-1])
+        run = obj.with_params(from_config) if from_config else obj
+        loss, extra = run.loss(return_outputs=True, **kw, **extra_args)
         clipped = extra.get("clipped")
         if clipped is not None and clipped.shape == kw["mask"].shape:
             full = torch.zeros_like(m)
@@ -191,7 +267,8 @@ def register(path, name, params=None, **kwargs):
     register_policy_loss (actor_rollout_ref.actor.policy_loss.loss_mode=NAME).
     Returns the registered function."""
     core = _core_algos()
-    probe = load(path, params, **{k: v for k, v in kwargs.items() if k != "whiten"})
+    probe = load(path, params, **{k: v for k, v in kwargs.items()
+                                  if k not in ("whiten", "config_map")})
     if hasattr(probe, "loss"):
         fn = policy_loss(path, params, **kwargs)
         core.register_policy_loss(name)(fn)

@@ -267,6 +267,105 @@ def test_is_objective_without_weights_equals_the_plain_objective():
     assert 0 <= float(metrics["actor/pg_clipfrac"]) <= 1
 
 
+# --- verl's config ----------------------------------------------------------
+
+
+class AttrConfig:
+    """verl's dataclass configs (AlgoConfig, ActorConfig): attributes, and a
+    get() that returns the default for a missing key."""
+
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+    def get(self, key, default=None):
+        return getattr(self, key, default)
+
+
+class PlainObject:
+    def __init__(self, **kw):
+        self.__dict__.update(kw)
+
+
+@pytest.mark.parametrize("make", [dict, AttrConfig, PlainObject])
+def test_gae_takes_gamma_and_lam_from_verls_config(make):
+    rewards, mask, _, values = verl_batch(15, holes=True, dtype=torch.float64)
+    fn = cac.verl.advantage_estimator(STDLIB / "gae.cac", whiten=True)
+    cfg = make(gamma=0.9, lam=0.8, adv_estimator="cac_gae")
+    adv, ret = fn(rewards, mask, config=cfg, values=values)
+    want_adv, want_ret = ref_gae(rewards, values, mask, 0.9, 0.8)
+    assert_close(on_mask(adv, mask), on_mask(want_adv, mask), 1e-9, "advantages")
+    assert_close(on_mask(ret, mask), on_mask(want_ret, mask), 1e-9, "returns")
+    # The estimator itself keeps its parameters: the config applies per call.
+    assert fn.estimator.params["gamma"] == 1.0 and fn.estimator.params["lambda"] == 0.95
+    adv, _ = fn(rewards, mask, values=values)
+    want_adv, _ = ref_gae(rewards, values, mask, 1.0, 0.95)
+    assert_close(on_mask(adv, mask), on_mask(want_adv, mask), 1e-9, "defaults without config")
+
+
+def test_parameters_given_at_load_win_over_verls_config():
+    rewards, mask, _, values = verl_batch(16, dtype=torch.float64)
+    fn = cac.verl.advantage_estimator(STDLIB / "gae.cac", {"gamma": 0.99}, whiten=True)
+    adv, _ = fn(rewards, mask, config={"gamma": 0.5, "lam": 0.7}, values=values)
+    want, _ = ref_gae(rewards, values, mask, 0.99, 0.7)
+    assert_close(on_mask(adv, mask), on_mask(want, mask), 1e-9, "gamma from params, lam from config")
+    off = cac.verl.advantage_estimator(STDLIB / "gae.cac", whiten=True, config_map={})
+    adv, _ = off(rewards, mask, config={"gamma": 0.5, "lam": 0.7}, values=values)
+    want, _ = ref_gae(rewards, values, mask, 1.0, 0.95)
+    assert_close(on_mask(adv, mask), on_mask(want, mask), 1e-9, "config_map={} ignores the config")
+
+
+def test_grpo_follows_norm_adv_by_std_in_grpo():
+    rewards, mask, uids, _ = verl_batch(17)
+    fn = cac.verl.advantage_estimator(cac.verl.GRPO)
+    for norm in (True, False):
+        adv, _ = fn(rewards, mask, index=uids, config=AttrConfig(norm_adv_by_std_in_grpo=norm))
+        want, _ = ref_grpo(rewards, mask, uids, norm_by_std=norm)
+        assert_close(adv, want, 1e-5, f"norm_adv_by_std_in_grpo={norm}")
+
+
+@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-sum-norm"])
+def test_policy_loss_takes_clip_ratios_from_verls_actor_config(mode):
+    """verl's vanilla loss reads clip_ratio_low/high (else clip_ratio) and
+    always applies clip_ratio_c; so does ppo_clip under the config."""
+    _, mask, _, _ = verl_batch(18, holes=True, dtype=torch.float64)
+    g = torch.Generator().manual_seed(18)
+    old = -torch.rand(mask.shape, generator=g, dtype=torch.float64) * 2
+    new = old + 0.6 * torch.randn(mask.shape, generator=g, dtype=torch.float64)
+    adv = torch.randn(mask.shape, generator=g, dtype=torch.float64)
+    fn = cac.verl.policy_loss(STDLIB / "ppo_clip.cac")
+    cfg = AttrConfig(clip_ratio=0.1, clip_ratio_low=None, clip_ratio_high=0.28,
+                     clip_ratio_c=2.0, loss_scale_factor=7)
+    x = new.clone().requires_grad_()
+    loss, _ = fn(old, x, adv, mask, loss_agg_mode=mode, config=cfg)
+    loss.backward()
+    y = new.clone().requires_grad_()
+    pg = ref_vanilla_pg_losses(old, y, adv, 0.1, 0.28, 2.0)
+    m = mask.to(pg.dtype)
+    want = ((pg * m).sum() / m.sum() if mode == "token-mean"
+            else ((pg * m).sum(1) / 7).mean())
+    want.backward()
+    assert_close(loss.detach(), want.detach(), 1e-12, f"loss ({mode})")
+    assert_close(x.grad, y.grad, 1e-12, f"gradient ({mode})")
+    without_dual = ref_vanilla_pg_losses(old, new, adv, 0.1, 0.28, 1e30)
+    assert not torch.equal(pg.detach(), without_dual), "the batch should reach the dual clip"
+
+
+def test_a_config_value_that_is_not_a_number_is_named():
+    rewards, mask, _, values = verl_batch(19)
+    fn = cac.verl.advantage_estimator(STDLIB / "gae.cac")
+    with pytest.raises(TypeError, match="verl config 'lam'.*'lambda'"):
+        fn(rewards, mask, config={"lam": "high"}, values=values)
+
+
+def test_with_params_leaves_the_estimator_unchanged():
+    est = cac.load(STDLIB / "gae.cac", {"gamma": 0.99})
+    twin = est.with_params({"lambda": 0.5})
+    assert twin.params["lambda"] == 0.5 and est.params["lambda"] == 0.95
+    assert twin.given_params == {"gamma", "lambda"} and est.given_params == {"gamma"}
+    with pytest.raises(ValueError, match="unknown parameter 'lam'"):
+        est.with_params({"lam": 0.5})
+
+
 def test_register_puts_both_into_verls_registries(tmp_path, monkeypatch):
     """A stand-in for verl's registry module (verl itself is not a
     dependency): register_adv_est / register_policy_loss decorators."""
