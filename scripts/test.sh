@@ -126,8 +126,9 @@ phase "check_obs" python3 test/reference/check_obs.py --cac "$BUILD/bin/cac" --b
 # build compiles and tests the same sources); and the training check on the
 # CPU with the main build's cac-run (ten methods' first RL step resumed from
 # an SFT checkpoint twice, the same metrics; an SFT + RL run and --resume),
-# its gloo2 mode with two CPU ranks (one rank's metrics, and --resume), and
-# the memory checks' refusals and a run that fits.
+# its gloo2 mode with two CPU ranks (one rank's metrics, and --resume), the
+# memory checks' refusals and a run that fits, and the rlstep benchmark's
+# script at one layer and one step.
 phase "gpu scripts, dry run" scripts/gpu/stage.sh
 gpu_out=$(mktemp -d)
 TORCH_PREFIX= TORCH_LIB= OUT=$gpu_out BUILD=$BUILD/gpu-dry-kernels CONFIGURE_ONLY=1 \
@@ -140,6 +141,9 @@ CAC_RUN=$BUILD/bin/cac-run DEVICE=cpu OUT=$gpu_out \
   phase "gpu scripts, dry run" scripts/gpu/cac-run/run.sh gloo2
 CAC_RUN=$BUILD/bin/cac-run DEVICE=cpu OUT=$gpu_out \
   phase "gpu scripts, dry run" scripts/gpu/cac-run/run.sh memory
+CAC_RUN=$BUILD/bin/cac-run DEVICE=cpu OUT=$gpu_out RLSTEP_LAYERS=1 RLSTEP_PROMPTS=1 \
+  RLSTEP_SAMPLES=2 RLSTEP_NEW=4 RLSTEP_MINIBATCHES=1 RLSTEP_STEPS=1 RLSTEP_TOKENIZER=.deps/tokenizers/qwen3 \
+  phase "gpu scripts, dry run" scripts/gpu/cac-run/run.sh rlstep
 rm -rf "$gpu_out"
 # The fuzz targets (test/fuzz/README.md): a clang build in build-fuzz/ (ASan
 # + UBSan), then CAC_FUZZ_SECONDS (60) of fuzzing the front end and a fixed

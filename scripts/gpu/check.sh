@@ -47,6 +47,11 @@
 #            (bench/python/generate_baseline.py), tokens/s and peak device
 #            memory in one table (scripts/gpu/cac-run/run.sh genbf16; not
 #            run by default)
+#     rlstep  the RL step at the Qwen2.5-0.5B shape: GRPO with random
+#            weights, the Qwen3 tokenizer, bf16 rollouts, 64 prompts x 8
+#            rollouts of 512 new tokens, two steps; each step's time split
+#            and the peak device memory in one table (bench/train/rlstep.sh;
+#            not run by default)
 # Each step's logs and output go to $OUT (or /tmp/cac-gpu-check); the exit
 # status is 0 only if every step asked for passed. Each step fits the device
 # tool's 10-minute command limit on 16 cores; run them in separate calls if
@@ -76,7 +81,8 @@ for s in "${steps[@]}"; do
   memory) scripts/gpu/cac-run/run.sh memory || status=1 ;;
   gen) scripts/gpu/cac-run/run.sh gen || status=1 ;;
   genbf16) scripts/gpu/cac-run/run.sh genbf16 || status=1 ;;
-  *) echo "unknown step '$s' (tests, bench, train, gloo2, python, baselines, main, gen, genbf16, memory)"; status=2 ;;
+  rlstep) scripts/gpu/cac-run/run.sh rlstep || status=1 ;;
+  *) echo "unknown step '$s' (tests, bench, train, gloo2, python, baselines, main, gen, genbf16, rlstep, memory)"; status=2 ;;
   esac
 done
 exit $status

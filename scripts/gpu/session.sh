@@ -28,7 +28,7 @@ summary=$final/summary.txt
 : >"$summary"
 note() { echo "$*" | tee -a "$summary"; }
 pack() {
-  for f in bench-gpu.md generation-cuda.md baselines-cuda.md main-metrics.jsonl genbf16.md genbf16.jsonl; do
+  for f in bench-gpu.md generation-cuda.md baselines-cuda.md main-metrics.jsonl genbf16.md genbf16.jsonl rlstep.md; do
     [ -f "$OUT/$f" ] && cp "$OUT/$f" "$final/"
   done
   tar czf "$final/logs.tgz" -C "$OUT" . 2>/dev/null
@@ -46,7 +46,7 @@ note "torch $($py -c 'import torch; print(torch.__version__)'), $(nproc) cores, 
 # the scripts the steps call, so that the steps find them built.
 mkdir -p "$OUT/prebuild-train" "$OUT/prebuild-kernels"
 pretrain=""
-if [[ " ${steps[*]} " =~ \ (train|main|gen|genbf16|gloo2|memory)\  ]]; then
+if [[ " ${steps[*]} " =~ \ (train|main|gen|genbf16|rlstep|gloo2|memory)\  ]]; then
   OUT=$OUT/prebuild-train BUILD_ONLY=1 scripts/gpu/cac-run/run.sh \
     >"$OUT/prebuild-train.log" 2>&1 &
   pretrain=$!
@@ -67,7 +67,7 @@ for s in "${steps[@]}"; do
     continue
   fi
   case $s in
-  train | main | gen | genbf16 | gloo2 | memory)
+  train | main | gen | genbf16 | rlstep | gloo2 | memory)
     if [ -z "$train_built" ]; then
       wait $pretrain
       train_built=$?

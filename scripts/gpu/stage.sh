@@ -12,6 +12,11 @@ mkdir -p "$deps/include"
 cp -r /usr/src/googletest "$deps/googletest"
 cp -r /usr/include/nlohmann "$deps/include/"
 cp -r /usr/include/gloo "$deps/include/"
+# The Qwen3 tokenizer for the rlstep step (scripts/setup.sh installs it).
+if [ -d "$repo/.deps/tokenizers/qwen3" ]; then
+  mkdir -p "$deps/tokenizers"
+  cp -r "$repo/.deps/tokenizers/qwen3" "$deps/tokenizers/"
+fi
 # Bundles of the stdlib, when a compiler build is at hand (the GPU machine has
 # no MLIR to make them): the StdlibBundle tests run every one of them there
 # (EveryMethodCudaMatchesCpu: GPU against host.so), grpo's also trains in

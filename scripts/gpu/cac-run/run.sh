@@ -118,31 +118,7 @@ if [ "${1:-}" = genbf16 ]; then
   limit=${GENBF16_TIMEOUT:-150} # seconds per program and model
   rows=$out/genbf16.jsonl
   : >"$rows"
-  # peak LOG CMD...: runs CMD (its output to LOG) while polling the GPU's
-  # memory in use every 100 ms; prints the peak above the memory in use
-  # before it started, in MiB (null on the CPU or without nvidia-smi).
-  peak() {
-    local log=$1 mem=$work/mem.txt poll="" base=0 rc
-    shift
-    if [ "$device" != cpu ] && command -v nvidia-smi >/dev/null; then
-      base=$(nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1)
-      nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -lms 100 \
-        >"$mem" 2>/dev/null &
-      poll=$!
-    fi
-    "$@" >"$log" 2>&1
-    rc=$?
-    if [ -n "$poll" ]; then
-      kill "$poll" 2>/dev/null
-      wait "$poll" 2>/dev/null
-      local top
-      top=$(sort -n "$mem" | tail -1)
-      [ -n "$top" ] && [ -n "$base" ] && echo $((top - base)) || echo null
-    else
-      echo null
-    fi
-    return $rc
-  }
+  . scripts/gpu/peak.sh
   for m in $models; do
     for impl in cac python; do
       log=$out/genbf16-$impl-$m.log
@@ -152,7 +128,7 @@ if [ "${1:-}" = genbf16 ]; then
         cmd=("$py" bench/python/generate_baseline.py --device "$device" --dtype bf16 --model "$m" $shape --json "$rows")
       fi
       echo "== $impl $m ($(date -u +%H:%M:%S))"
-      mib=$(peak "$log" timeout "$limit" "${cmd[@]}")
+      mib=$(peak_mib "$device" "$work/mem.txt" "$log" timeout "$limit" "${cmd[@]}")
       rc=$?
       [ $rc = 0 ] || { echo "$impl $m: exit status $rc (124: over ${limit} s); its log:"; tail -5 "$log"; status=1; }
       echo "{\"impl\": \"$impl\", \"model\": \"$m\", \"peak_mib\": $mib, \"rc\": $rc}" >>"$work/peaks.jsonl"
@@ -187,6 +163,14 @@ for m in sys.argv[3].split():
               f"{r['tokens_per_s']:.0f} | {mib} | {ratio} |")
 PY
   exit $status
+fi
+
+# `run.sh rlstep`: bench/train/rlstep.sh with this cac-run, the staged grpo
+# bundle and tokenizer (RLSTEP_* change the shape; docs/training.md).
+if [ "${1:-}" = rlstep ]; then
+  CAC_RUN=$run BUNDLE=$bundles/grpo DEVICE=$device OUT=$out PYTHON=$py \
+    RLSTEP_TOKENIZER=${RLSTEP_TOKENIZER:-$deps/tokenizers/qwen3} bench/train/rlstep.sh
+  exit $?
 fi
 
 if [ "${1:-}" = main ]; then
