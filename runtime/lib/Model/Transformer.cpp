@@ -280,7 +280,9 @@ at::Tensor AttentionImpl::forward(const at::Tensor &x, const at::Tensor &cos,
     at::Tensor probs = at::softmax(scores, -1, at::kFloat).to(x.scalar_type());
     out = at::matmul(probs.view({B, numKvHeads_, G * T, S}), v);
   }
-  out = out.view({B, numHeads_, T, headDim_})
+  // reshape, not view: the fused kernels may return the heads' rows in
+  // another memory order (a mask makes SDPA pick such a kernel).
+  out = out.reshape({B, numHeads_, T, headDim_})
             .transpose(1, 2)
             .reshape({B, T, numHeads_ * headDim_});
   return o_proj(out);
