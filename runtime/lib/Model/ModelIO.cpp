@@ -2,9 +2,12 @@
 
 #include "cac/Runtime/Model/ModelIO.h"
 #include "cac/Runtime/Support/FileUtil.h"
+#include "cac/Runtime/Support/HostMemory.h"
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <set>
 #include <stdexcept>
@@ -62,7 +65,8 @@ LoadReport loadFrom(TransformerLMImpl &model,
       seen.insert(name);
       continue;
     }
-    readInto(name, *p);
+    report.largestStagingBytes =
+        std::max<uint64_t>(report.largestStagingBytes, readInto(name, *p));
     report.loaded.push_back(name);
     seen.insert(name);
   }
@@ -70,6 +74,31 @@ LoadReport loadFrom(TransformerLMImpl &model,
     if (!seen.count(item.key()))
       report.missing.push_back(item.key());
   return report;
+}
+
+/// Refuses, before anything is allocated, a model whose parameters need more
+/// than \p device has free.
+void checkFits(const fs::path &folder, const ModelConfig &config,
+               bool valueHead, at::ScalarType dtype,
+               const torch::Device &device,
+               const AvailableMemoryFn &availableMemory) {
+  double available = -1;
+  if (availableMemory)
+    available = availableMemory(device);
+  else if (device.is_cpu())
+    available = availableHostMemory();
+  double needed = parameterBytes(config, valueHead, dtype);
+  if (available < 0 || needed <= available)
+    return;
+  char count[32];
+  std::snprintf(count, sizeof count, "%.3g", config.numParameters());
+  throw std::runtime_error(
+      "model folder '" + folder.string() + "': its " + count + " " +
+      modelDtypeName(dtype) + " parameters need " + formatGiB(needed) + " (" +
+      std::to_string(static_cast<uint64_t>(needed)) + " bytes) on " +
+      device.str() + ", more than the " + formatGiB(available) + " (" +
+      std::to_string(static_cast<uint64_t>(available)) +
+      " bytes) available there; use a smaller dtype or another device");
 }
 
 void check(const LoadReport &report, const std::string &source) {
@@ -164,7 +193,7 @@ LoadReport loadWeights(TransformerLMImpl &model, const fs::path &folder,
         return readers.at(files.at(n))->entry(n).shape;
       },
       [&](const std::string &n, at::Tensor &dst) {
-        readers.at(files.at(n))->readInto(n, dst);
+        return readers.at(files.at(n))->readInto(n, dst);
       });
   if (strict)
     check(report, folder.string());
@@ -181,10 +210,18 @@ LoadReport loadWeights(TransformerLMImpl &model, const NamedTensors &tensors,
       [&](const std::string &n) { return tensors.at(n).sizes().vec(); },
       [&](const std::string &n, at::Tensor &dst) {
         dst.copy_(tensors.at(n));
+        return uint64_t(0);
       });
   if (strict)
     check(report, source);
   return report;
+}
+
+double parameterBytes(const ModelConfig &config, bool valueHead,
+                      at::ScalarType dtype) {
+  double params = config.numParameters() +
+                  (valueHead ? static_cast<double>(config.hiddenSize) + 1 : 0);
+  return params * static_cast<double>(c10::elementSize(dtype));
 }
 
 TransformerLM loadPretrained(const fs::path &folder,
@@ -195,7 +232,18 @@ TransformerLM loadPretrained(const fs::path &folder,
   bool withValueHead =
       options.valueHead == ValueHeadMode::With ||
       (options.valueHead == ValueHeadMode::Auto && filesHaveValueHead);
-  TransformerLM model(config, withValueHead);
+  torch::Device device = options.device.value_or(torch::kCPU);
+  at::ScalarType dtype = options.dtype.value_or(at::kFloat);
+  try {
+    checkModelDtype(dtype, device);
+  } catch (const std::exception &e) {
+    throw std::runtime_error("model folder '" + folder.string() +
+                             "': " + e.what());
+  }
+  checkFits(folder, config, withValueHead, dtype, device,
+            options.availableMemory);
+  TransformerLM model(config, withValueHead,
+                      at::TensorOptions().dtype(dtype).device(device));
   LoadReport report = loadWeights(*model, folder, /*strict=*/false);
   if (withValueHead && !filesHaveValueHead) {
     // Asked for a critic on top of a policy checkpoint: a fresh head.
@@ -207,9 +255,12 @@ TransformerLM loadPretrained(const fs::path &folder,
   }
   if (options.strict)
     check(report, folder.string());
-  if (options.device || options.dtype)
-    model->to(options.device.value_or(torch::kCPU),
-              options.dtype.value_or(at::kFloat));
+  // Nothing of the allocation is left unwritten: what no file gave is
+  // initialized as a fresh model would be.
+  std::vector<std::string> fresh = report.missing;
+  fresh.insert(fresh.end(), report.initialized.begin(),
+               report.initialized.end());
+  model->initParameters(fresh);
   if (out)
     *out = std::move(report);
   return model;

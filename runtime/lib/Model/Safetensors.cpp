@@ -46,6 +46,18 @@ constexpr DTypeName kDTypes[] = {
                            "': " + what);
 }
 
+/// Why a header's dtype cannot be read: quantized formats (F8_E4M3,
+/// F8_E5M2, 4- and 6-bit types) are named as such.
+std::string unsupportedDTypeReason(const std::string &name) {
+  bool quantized = name.rfind("F8", 0) == 0 || name.rfind("F6", 0) == 0 ||
+                   name.rfind("F4", 0) == 0 || name == "I4" || name == "U4";
+  if (quantized)
+    return "quantized dtype '" + name +
+           "' is not supported (dequantize the model to BF16, F16 or F32)";
+  return "unknown or unsupported dtype '" + name +
+         "' (supported: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL)";
+}
+
 std::string shapeString(at::IntArrayRef shape) {
   std::string s = "[";
   for (size_t i = 0; i < shape.size(); ++i)
@@ -160,8 +172,7 @@ SafetensorsReader::SafetensorsReader(fs::path path) : path_(std::move(path)) {
           known = true;
         }
       if (!known)
-        fail(path_, where + "unknown or unsupported dtype '" + e.dtypeName +
-                        "'");
+        fail(path_, where + unsupportedDTypeReason(e.dtypeName));
       if (!v.contains("shape") || !v["shape"].is_array())
         fail(path_, where + "missing array field 'shape'");
       uint64_t numel = 1;
@@ -261,14 +272,26 @@ at::Tensor SafetensorsReader::read(const std::string &name) const {
   return t;
 }
 
-void SafetensorsReader::readInto(const std::string &name,
-                                 at::Tensor dst) const {
+uint64_t SafetensorsReader::readInto(const std::string &name,
+                                     at::Tensor dst) const {
   const SafetensorsEntry &e = entry(name);
   if (dst.sizes() != at::IntArrayRef(e.shape))
     fail(path_, "tensor '" + name + "' has shape " + shapeString(e.shape) +
                     ", expected " + shapeString(dst.sizes()));
+  uint64_t size = e.end - e.begin;
+  if (dst.device().is_cpu() && dst.scalar_type() == e.dtype &&
+      dst.is_contiguous()) {
+    // Already the stored bytes' layout: no staging buffer.
+    if (size > 0 &&
+        !preadAll(fd_, dst.data_ptr(), size, dataStart_ + e.begin))
+      fail(path_, "tensor '" + name + "': short read (file changed?)");
+    // As copy_ would: a rollout copy and autograd see the change.
+    dst.unsafeGetTensorImpl()->bump_version();
+    return 0;
+  }
   c10::NoGradGuard noGrad;
   dst.copy_(readRaw(name));
+  return size;
 }
 
 NamedTensors SafetensorsReader::readAll() const {

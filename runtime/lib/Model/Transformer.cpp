@@ -3,6 +3,8 @@
 #include "cac/Runtime/Model/Transformer.h"
 
 #include <torch/nn/init.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
 #include <torch/version.h>
 
 #if TORCH_VERSION_MAJOR >= 2
@@ -11,6 +13,8 @@
 
 #include <cmath>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 
 namespace cac::rt {
@@ -213,8 +217,44 @@ KVCache KVCache::selectPrefix(const std::vector<int64_t> &rows,
 // Modules
 //===----------------------------------------------------------------------===//
 
-RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps(eps) {
-  weight = register_parameter("weight", at::ones({dim}));
+LinearImpl::LinearImpl(int64_t in, int64_t out, bool withBias,
+                       const Uninitialized &uninit) {
+  if (uninit) {
+    weight = register_parameter("weight", at::empty({out, in}, *uninit));
+    if (withBias)
+      bias = register_parameter("bias", at::empty({out}, *uninit));
+    return;
+  }
+  // torch::nn::Linear's own initialization, so that fresh models draw what
+  // they always drew.
+  torch::nn::Linear fresh(torch::nn::LinearOptions(in, out).bias(withBias));
+  weight = register_parameter("weight", fresh->weight);
+  if (withBias)
+    bias = register_parameter("bias", fresh->bias);
+}
+
+at::Tensor LinearImpl::forward(const at::Tensor &x) {
+  return at::linear(x, weight, bias);
+}
+
+EmbeddingImpl::EmbeddingImpl(int64_t rows, int64_t dim,
+                             const Uninitialized &uninit) {
+  if (uninit) {
+    weight = register_parameter("weight", at::empty({rows, dim}, *uninit));
+    return;
+  }
+  torch::nn::Embedding fresh(rows, dim);
+  weight = register_parameter("weight", fresh->weight);
+}
+
+at::Tensor EmbeddingImpl::forward(const at::Tensor &ids) {
+  return at::embedding(weight, ids.contiguous());
+}
+
+RMSNormImpl::RMSNormImpl(int64_t dim, double eps, const Uninitialized &uninit)
+    : eps(eps) {
+  weight = register_parameter(
+      "weight", uninit ? at::empty({dim}, *uninit) : at::ones({dim}));
 }
 
 at::Tensor RMSNormImpl::forward(const at::Tensor &x) {
@@ -223,26 +263,19 @@ at::Tensor RMSNormImpl::forward(const at::Tensor &x) {
   return weight * h.to(x.scalar_type());
 }
 
-AttentionImpl::AttentionImpl(const ModelConfig &c, int64_t layerIndex)
+AttentionImpl::AttentionImpl(const ModelConfig &c, int64_t layerIndex,
+                             const Uninitialized &uninit)
     : layer_(layerIndex), numHeads_(c.numAttentionHeads),
       numKvHeads_(c.numKeyValueHeads), headDim_(c.headDimension()) {
   fused = fusedAttentionAvailable();
-  using torch::nn::LinearOptions;
+  int64_t q = numHeads_ * headDim_, kv = numKvHeads_ * headDim_;
   q_proj = register_module(
-      "q_proj", torch::nn::Linear(LinearOptions(c.hiddenSize,
-                                                numHeads_ * headDim_)
-                                      .bias(c.attentionBias)));
+      "q_proj", Linear(c.hiddenSize, q, c.attentionBias, uninit));
   k_proj = register_module(
-      "k_proj", torch::nn::Linear(LinearOptions(c.hiddenSize,
-                                                numKvHeads_ * headDim_)
-                                      .bias(c.attentionBias)));
+      "k_proj", Linear(c.hiddenSize, kv, c.attentionBias, uninit));
   v_proj = register_module(
-      "v_proj", torch::nn::Linear(LinearOptions(c.hiddenSize,
-                                                numKvHeads_ * headDim_)
-                                      .bias(c.attentionBias)));
-  o_proj = register_module(
-      "o_proj", torch::nn::Linear(
-                    LinearOptions(numHeads_ * headDim_, c.hiddenSize).bias(false)));
+      "v_proj", Linear(c.hiddenSize, kv, c.attentionBias, uninit));
+  o_proj = register_module("o_proj", Linear(q, c.hiddenSize, false, uninit));
 }
 
 at::Tensor AttentionImpl::forward(const at::Tensor &x, const at::Tensor &cos,
@@ -288,33 +321,25 @@ at::Tensor AttentionImpl::forward(const at::Tensor &x, const at::Tensor &cos,
   return o_proj(out);
 }
 
-MlpImpl::MlpImpl(const ModelConfig &c) {
-  using torch::nn::LinearOptions;
-  gate_proj = register_module(
-      "gate_proj",
-      torch::nn::Linear(
-          LinearOptions(c.hiddenSize, c.intermediateSize).bias(c.mlpBias)));
-  up_proj = register_module(
-      "up_proj",
-      torch::nn::Linear(
-          LinearOptions(c.hiddenSize, c.intermediateSize).bias(c.mlpBias)));
-  down_proj = register_module(
-      "down_proj",
-      torch::nn::Linear(
-          LinearOptions(c.intermediateSize, c.hiddenSize).bias(c.mlpBias)));
+MlpImpl::MlpImpl(const ModelConfig &c, const Uninitialized &uninit) {
+  int64_t h = c.hiddenSize, f = c.intermediateSize;
+  gate_proj = register_module("gate_proj", Linear(h, f, c.mlpBias, uninit));
+  up_proj = register_module("up_proj", Linear(h, f, c.mlpBias, uninit));
+  down_proj = register_module("down_proj", Linear(f, h, c.mlpBias, uninit));
 }
 
 at::Tensor MlpImpl::forward(const at::Tensor &x) {
   return down_proj(at::silu(gate_proj(x)) * up_proj(x));
 }
 
-DecoderLayerImpl::DecoderLayerImpl(const ModelConfig &c, int64_t layerIndex) {
-  self_attn = register_module("self_attn", Attention(c, layerIndex));
-  mlp = register_module("mlp", Mlp(c));
-  input_layernorm =
-      register_module("input_layernorm", RMSNorm(c.hiddenSize, c.rmsNormEps));
+DecoderLayerImpl::DecoderLayerImpl(const ModelConfig &c, int64_t layerIndex,
+                                   const Uninitialized &uninit) {
+  self_attn = register_module("self_attn", Attention(c, layerIndex, uninit));
+  mlp = register_module("mlp", Mlp(c, uninit));
+  input_layernorm = register_module(
+      "input_layernorm", RMSNorm(c.hiddenSize, c.rmsNormEps, uninit));
   post_attention_layernorm = register_module(
-      "post_attention_layernorm", RMSNorm(c.hiddenSize, c.rmsNormEps));
+      "post_attention_layernorm", RMSNorm(c.hiddenSize, c.rmsNormEps, uninit));
 }
 
 at::Tensor DecoderLayerImpl::forward(const at::Tensor &x, const at::Tensor &cos,
@@ -324,15 +349,16 @@ at::Tensor DecoderLayerImpl::forward(const at::Tensor &x, const at::Tensor &cos,
   return h + mlp(post_attention_layernorm(h));
 }
 
-DecoderStackImpl::DecoderStackImpl(const ModelConfig &c) {
+DecoderStackImpl::DecoderStackImpl(const ModelConfig &c,
+                                   const Uninitialized &uninit) {
   embed_tokens = register_module(
-      "embed_tokens", torch::nn::Embedding(c.vocabSize, c.hiddenSize));
+      "embed_tokens", Embedding(c.vocabSize, c.hiddenSize, uninit));
   layers = register_module("layers", torch::nn::ModuleList());
   for (int64_t i = 0; i < c.numHiddenLayers; ++i) {
-    blocks.push_back(DecoderLayer(c, i));
+    blocks.push_back(DecoderLayer(c, i, uninit));
     layers->push_back(blocks.back());
   }
-  norm = register_module("norm", RMSNorm(c.hiddenSize, c.rmsNormEps));
+  norm = register_module("norm", RMSNorm(c.hiddenSize, c.rmsNormEps, uninit));
 }
 
 //===----------------------------------------------------------------------===//
@@ -341,16 +367,31 @@ DecoderStackImpl::DecoderStackImpl(const ModelConfig &c) {
 
 TransformerLMImpl::TransformerLMImpl(ModelConfig config, bool valueHead)
     : config_(std::move(config)) {
+  build(valueHead, std::nullopt);
+}
+
+TransformerLMImpl::TransformerLMImpl(ModelConfig config, bool valueHead,
+                                     const at::TensorOptions &options)
+    : config_(std::move(config)) {
+  build(valueHead, options);
+}
+
+void TransformerLMImpl::build(bool valueHead, const Uninitialized &uninit) {
   config_.validate("model config");
-  model = register_module("model", DecoderStack(config_));
+  model = register_module("model", DecoderStack(config_, uninit));
   if (!config_.tieWordEmbeddings)
     lm_head = register_module(
-        "lm_head", torch::nn::Linear(torch::nn::LinearOptions(
-                                         config_.hiddenSize, config_.vocabSize)
-                                         .bias(false)));
-  initWeights();
-  if (valueHead)
-    addValueHead();
+        "lm_head",
+        Linear(config_.hiddenSize, config_.vocabSize, false, uninit));
+  if (uninit) {
+    if (valueHead)
+      value_head = register_module(
+          "value_head", Linear(config_.hiddenSize, 1, true, uninit));
+  } else {
+    initWeights();
+    if (valueHead)
+      addValueHead();
+  }
 
   // Rotary inverse frequencies, in float32 as HF computes them.
   int64_t D = config_.headDimension();
@@ -377,32 +418,53 @@ TransformerLMImpl::TransformerLMImpl(ModelConfig config, bool valueHead)
   invFreq_ = inv;
 }
 
+namespace {
+
+/// initWeights' rule for one parameter: ones for norms, zeros for biases,
+/// normal(0, std) for the rest.
+void initParameter(const std::string &name, at::Tensor t, double std,
+                   const c10::optional<at::Generator> &g) {
+  bool isNorm = name.find("norm.weight") != std::string::npos;
+  bool isBias =
+      name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
+  if (isNorm)
+    t.fill_(1.0);
+  else if (isBias)
+    t.zero_();
+  else
+    t.normal_(0.0, std, g);
+}
+
+} // namespace
+
 void TransformerLMImpl::initWeights(double std,
                                     std::optional<at::Generator> gen) {
   torch::NoGradGuard noGrad;
   c10::optional<at::Generator> g;
   if (gen)
     g = *gen;
-  for (auto &p : named_parameters()) {
-    const std::string &name = p.key();
-    at::Tensor t = p.value();
-    bool isNorm = name.find("norm.weight") != std::string::npos;
-    bool isBias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
-    if (isNorm)
-      t.fill_(1.0);
-    else if (isBias)
-      t.zero_();
-    else
-      t.normal_(0.0, std, g);
+  for (auto &p : named_parameters())
+    initParameter(p.key(), p.value(), std, g);
+}
+
+void TransformerLMImpl::initParameters(const std::vector<std::string> &names,
+                                       double std) {
+  torch::NoGradGuard noGrad;
+  auto params = named_parameters();
+  for (const std::string &name : names) {
+    at::Tensor *p = params.find(name);
+    if (!p)
+      throw std::runtime_error("TransformerLM: no parameter named '" + name +
+                               "'");
+    initParameter(name, *p, std, c10::nullopt);
   }
 }
 
 void TransformerLMImpl::addValueHead(double std) {
   if (hasValueHead())
     return;
-  value_head = register_module(
-      "value_head",
-      torch::nn::Linear(torch::nn::LinearOptions(config_.hiddenSize, 1)));
+  value_head =
+      register_module("value_head", Linear(config_.hiddenSize, 1, true));
   torch::NoGradGuard noGrad;
   auto p = model->embed_tokens->weight;
   value_head->to(p.device(), p.scalar_type());
@@ -442,7 +504,12 @@ bool fusedAttentionAvailable() {
 }
 
 at::ScalarType parseModelDtype(const std::string &name) {
-  return canonicalModelDtype(name) == "bfloat16" ? at::kBFloat16 : at::kFloat;
+  std::string canonical = canonicalModelDtype(name);
+  if (canonical == "bfloat16")
+    return at::kBFloat16;
+  if (canonical == "float16")
+    return at::kHalf;
+  return at::kFloat;
 }
 
 std::string modelDtypeName(at::ScalarType dtype) {
@@ -450,7 +517,62 @@ std::string modelDtypeName(at::ScalarType dtype) {
     return "float32";
   if (dtype == at::kBFloat16)
     return "bfloat16";
+  if (dtype == at::kHalf)
+    return "float16";
   return c10::toString(dtype);
+}
+
+namespace {
+
+/// Why a forward of a tiny model in \p dtype fails on the CPU ("" when it
+/// runs): the kernel LibTorch lacks.
+std::string cpuForwardError(at::ScalarType dtype) {
+  ModelConfig c;
+  c.modelType = "llama";
+  c.vocabSize = 4;
+  c.hiddenSize = 4;
+  c.intermediateSize = 4;
+  c.numHiddenLayers = 1;
+  c.numAttentionHeads = 1;
+  c.numKeyValueHeads = 1;
+  c.maxPositionEmbeddings = 4;
+  try {
+    TransformerLM m(c, /*valueHead=*/false,
+                    at::TensorOptions().dtype(dtype));
+    torch::NoGradGuard noGrad;
+    for (auto &p : m->parameters())
+      p.fill_(0.5);
+    m->forward(at::zeros({1, 2}, at::kLong));
+    return "";
+  } catch (const std::exception &e) {
+    std::string what = e.what();
+    return what.substr(0, what.find('\n'));
+  }
+}
+
+} // namespace
+
+void checkModelDtype(at::ScalarType dtype, const torch::Device &device) {
+  if (!at::isFloatingType(dtype))
+    throw std::runtime_error("a model's dtype must be floating point, not " +
+                             modelDtypeName(dtype));
+  if (!device.is_cpu() || dtype == at::kFloat || dtype == at::kDouble)
+    return;
+  static std::mutex mutex;
+  static std::map<at::ScalarType, std::string> errors;
+  std::string error;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    auto it = errors.find(dtype);
+    if (it == errors.end())
+      it = errors.emplace(dtype, cpuForwardError(dtype)).first;
+    error = it->second;
+  }
+  if (!error.empty())
+    throw std::runtime_error(
+        "a " + modelDtypeName(dtype) + " model cannot run on the CPU with "
+        "this LibTorch (" + error + "); use float32 or bfloat16 on the CPU, " +
+        modelDtypeName(dtype) + " on a CUDA device");
 }
 
 std::pair<at::Tensor, at::Tensor>

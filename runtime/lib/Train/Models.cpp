@@ -5,13 +5,13 @@
 #include "cac/Runtime/Model/Architectures.h"
 #include "cac/Runtime/Model/Config.h"
 #include "cac/Runtime/Model/ModelIO.h"
+#include "cac/Runtime/Train/MemoryCheck.h"
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/nn/utils/clip_grad.h>
 
 #include <cmath>
 #include <limits>
-#include <mutex>
 
 namespace cac::rt::train {
 
@@ -91,7 +91,7 @@ std::vector<at::Tensor> trainableParameters(const ModelSet &m) {
 } // namespace
 
 TransformerLM makeModel(const TaskSource &task, const ModelSpec &m,
-                        bool valueHead) {
+                        bool valueHead, at::Device device) {
   if (m.kind == ModelSpec::Kind::Builtin)
     return TransformerLM(builtinConfig(*task.tokenizer, m), valueHead);
   if (m.kind == ModelSpec::Kind::Random) {
@@ -106,6 +106,8 @@ TransformerLM makeModel(const TaskSource &task, const ModelSpec &m,
   }
   LoadOptions lo;
   lo.valueHead = valueHead ? ValueHeadMode::With : ValueHeadMode::Without;
+  lo.device = device;
+  lo.availableMemory = availableMemory;
   return loadPretrained(m.path, lo);
 }
 
@@ -202,21 +204,13 @@ TransformerLM &rolloutPolicy(TrainerState &s) {
   for (const auto &p : m.policy->parameters())
     version += static_cast<int64_t>(p._version());
   if (!m.rollout) {
-    // Built without a net draw from LibTorch's default generator (its
-    // random weights are overwritten below), so the run's random stream
-    // does not depend on when the copy is made (a --resume makes it later).
-    at::Generator global = at::detail::getDefaultCPUGenerator();
-    at::Tensor state;
-    {
-      std::lock_guard<std::mutex> lock(global.mutex());
-      state = global.get_state();
-    }
-    m.rollout = cloneArchitecture(m.policy, s.device());
-    {
-      std::lock_guard<std::mutex> lock(global.mutex());
-      global.set_state(state);
-    }
-    m.rollout->to(dtype);
+    // Allocated in its dtype on the device, uninitialized (the weights are
+    // copied below): nothing is drawn from LibTorch's default generator, so
+    // the run's random stream does not depend on when the copy is made (a
+    // --resume makes it later).
+    m.rollout = TransformerLM(m.policy->config(), m.policy->hasValueHead(),
+                              at::TensorOptions().dtype(dtype).device(
+                                  s.device()));
     m.rollout->eval();
     for (auto &p : m.rollout->parameters())
       p.set_requires_grad(false);

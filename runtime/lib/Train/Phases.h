@@ -61,8 +61,11 @@ std::vector<float> hostFloats(const at::Tensor &t);
 
 //===--- Models and optimizer (Models.cpp) --------------------------------===//
 
+/// The model \p m names: a fresh one on the CPU (the same weights whatever
+/// the device), a folder's loaded in float32 straight onto \p device (its
+/// free memory checked first, availableMemory).
 TransformerLM makeModel(const TaskSource &task, const ModelSpec &m,
-                        bool valueHead);
+                        bool valueHead, at::Device device);
 /// The config makeModel builds \p m from (a folder's config.json read
 /// alone), to check what it needs before allocating it.
 ModelConfig modelConfig(const TaskSource &task, const ModelSpec &m);

@@ -111,6 +111,13 @@ struct Trainer::Impl : TrainerState {
   bool loadTaskAndModels(DiagnosticEngine &diag) {
     if (!task.load(cfg, diag))
       return false;
+    try {
+      checkModelDtype(parseModelDtype(cfg.rolloutDtype), device());
+    } catch (const std::exception &e) {
+      diag.error(cfg.locOf("rollout_dtype"),
+                 std::string("'rollout_dtype': ") + e.what());
+      return false;
+    }
     torch::manual_seed(cfg.seed);
     ModelSet &m = models;
     bool criticModel = cfg.critic.kind == CriticSpec::Kind::ValueModel;
@@ -124,9 +131,10 @@ struct Trainer::Impl : TrainerState {
     checkTrainingMemory(*this, policyConfig,
                         criticModel ? &criticConfig : nullptr, longestPrompt);
     m.policy = makeModel(task, cfg.model,
-                         cfg.critic.kind == CriticSpec::Kind::ValueHead);
+                         cfg.critic.kind == CriticSpec::Kind::ValueHead,
+                         device());
     if (cfg.critic.kind == CriticSpec::Kind::ValueModel)
-      m.critic = makeModel(task, cfg.critic.model, true);
+      m.critic = makeModel(task, cfg.critic.model, true, device());
     if (m.critic &&
         m.critic->config().vocabSize != m.policy->config().vocabSize) {
       diag.error(cfg.critic.loc,
@@ -136,8 +144,8 @@ struct Trainer::Impl : TrainerState {
                      std::to_string(m.policy->config().vocabSize) + ")");
       return false;
     }
-    // Initialized (or loaded) on the CPU, so a fresh model is the same on
-    // every device; then moved.
+    // A fresh model is initialized on the CPU, so that it is the same on
+    // every device, then moved; a loaded one is already there.
     m.policy->to(device());
     if (m.critic)
       m.critic->to(device());

@@ -14,6 +14,7 @@
 #include "cac/Runtime/Model/Transformer.h"
 
 #include <torch/torch.h>
+#include <torch/version.h>
 
 using namespace cac::rt;
 using namespace cac::rt::test;
@@ -166,10 +167,45 @@ TEST(Dtype, NamesAndErrors) {
   EXPECT_EQ(parseModelDtype("bf16"), at::kBFloat16);
   EXPECT_EQ(modelDtypeName(at::kBFloat16), "bfloat16");
   EXPECT_EQ(modelDtypeName(at::kFloat), "float32");
+  EXPECT_EQ(parseModelDtype("float16"), at::kHalf);
+  EXPECT_EQ(parseModelDtype("fp16"), at::kHalf);
+  EXPECT_EQ(parseModelDtype("f16"), at::kHalf);
+  EXPECT_EQ(modelDtypeName(at::kHalf), "float16");
   EXPECT_ERROR([] { parseModelDtype("bf8"); },
-               {"unknown model dtype 'bf8'", "float32 or bfloat16"});
-  EXPECT_ERROR([] { parseModelDtype("float16"); },
-               {"unknown model dtype 'float16'"});
+               {"unknown model dtype 'bf8'", "float32, bfloat16 or float16"});
+  EXPECT_ERROR([] { parseModelDtype("half"); }, {"unknown model dtype 'half'"});
+}
+
+TEST(Dtype, DevicesRefuseWhatTheyCannotRun) {
+  checkModelDtype(at::kFloat, torch::kCPU);
+  checkModelDtype(at::kBFloat16, torch::kCPU);
+  // A GPU runs float16 (asked without one: the answer needs no device).
+  checkModelDtype(at::kHalf, torch::Device(torch::kCUDA, 0));
+  EXPECT_ERROR([] { checkModelDtype(at::kLong, torch::kCPU); },
+               {"floating point", "Long"});
+  // LibTorch 1.13 has no float16 matmul on the CPU; a later LibTorch may.
+  std::string error =
+      errorOf([] { checkModelDtype(at::kHalf, torch::kCPU); });
+#if TORCH_VERSION_MAJOR < 2
+  EXPECT_NE(error, "<no exception>");
+#endif
+  if (error == "<no exception>") {
+    TransformerLM m = tinyModel(tinyConfig(), 3);
+    m->to(at::kHalf);
+    torch::NoGradGuard noGrad;
+    EXPECT_EQ(m->forward(at::ones({1, 3}, at::kLong)).scalar_type(),
+              at::kHalf);
+  } else {
+    for (const char *part :
+         {"a float16 model cannot run on the CPU with this LibTorch",
+          "use float32 or bfloat16 on the CPU, float16 on a CUDA device"})
+      EXPECT_NE(error.find(part), std::string::npos) << error;
+    // A float16 model of what this CPU cannot run indeed fails.
+    TransformerLM m = tinyModel(tinyConfig(), 3);
+    m->to(at::kHalf);
+    torch::NoGradGuard noGrad;
+    EXPECT_ANY_THROW(m->forward(at::ones({1, 3}, at::kLong)));
+  }
 }
 
 TEST(Dtype, FusedAttentionAgreesWithThePlainPath) {

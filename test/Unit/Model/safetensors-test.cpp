@@ -121,8 +121,20 @@ TEST(Safetensors, ReadIntoChecksShapeAndConverts) {
   saveSafetensors(file, in);
   SafetensorsReader reader(file);
   at::Tensor dst = at::zeros({1, 3}, at::kDouble);
-  reader.readInto("w", dst);
+  // Another dtype goes through one buffer of the stored bytes.
+  EXPECT_EQ(reader.readInto("w", dst), 12u);
   EXPECT_TRUE(at::equal(dst, in["w"].to(at::kDouble)));
+  // The stored dtype on the CPU is read in place, and the write is seen
+  // (version counter) as copy_'s would be.
+  at::Tensor same = at::zeros({1, 3});
+  uint32_t before = same._version();
+  EXPECT_EQ(reader.readInto("w", same), 0u);
+  EXPECT_TRUE(at::equal(same, in["w"]));
+  EXPECT_GT(same._version(), before);
+  // A non-contiguous destination is staged too.
+  at::Tensor wide = at::zeros({3, 2}).narrow(1, 0, 1).t();
+  EXPECT_EQ(reader.readInto("w", wide), 12u);
+  EXPECT_TRUE(at::equal(wide, in["w"]));
   EXPECT_ERROR([&] { reader.readInto("w", at::zeros({3})); },
                {file.string(), "'w'", "[1, 3]", "expected [3]"});
   EXPECT_ERROR([&] { reader.read("nope"); },
@@ -256,6 +268,16 @@ TEST(Safetensors, WrongDTypes) {
   EXPECT_ERROR([&] { SafetensorsReader r(file); },
                {file.string(), "I64", "needs 16 bytes"});
   EXPECT_ERROR([] { safetensorsDTypeFromName("F8_E4M3"); }, {"F8_E4M3"});
+  // Quantized checkpoints are named as such, with the file and the tensor.
+  for (const char *q : {"F8_E4M3", "F8_E5M2", "I4", "F4"}) {
+    writeFile(file, rawFile(std::string(R"({"w":{"dtype":")") + q +
+                                R"(","shape":[2],"data_offsets":[0,8]}})",
+                            data));
+    EXPECT_ERROR([&] { SafetensorsReader r(file); },
+                 {file.string(), "tensor 'w'",
+                  std::string("quantized dtype '") + q + "' is not supported",
+                  "BF16, F16 or F32"});
+  }
   NamedTensors complex;
   complex["c"] = at::zeros({2}, at::kComplexFloat);
   EXPECT_ERROR([&] { saveSafetensors(dir / "c.safetensors", complex); },

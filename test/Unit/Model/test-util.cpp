@@ -5,7 +5,10 @@
 #include "cac/Runtime/Model/Generation.h"
 
 #include <ATen/ATen.h>
+#include <c10/core/CPUAllocator.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -117,6 +120,73 @@ double maxAbsDiff(const at::Tensor &a, const at::Tensor &b) {
   if (a.numel() == 0)
     return 0.0;
   return (a.to(at::kDouble) - b.to(at::kDouble)).abs().max().item<double>();
+}
+
+namespace {
+
+/// The wrapper CpuAllocationCounter installs: one for the process, so that
+/// a tensor freed after the counter is gone still finds it.
+class CountingAllocator final : public c10::Allocator {
+public:
+  c10::Allocator *inner = nullptr;
+  std::atomic<int64_t> current{0}, peak{0};
+  /// Which counter's window is open: frees of earlier windows' tensors do
+  /// not count against it.
+  std::atomic<int64_t> window{0};
+
+  c10::DataPtr allocate(size_t n) const override {
+    auto *self = const_cast<CountingAllocator *>(this);
+    auto *record = new Record{inner->allocate(n), static_cast<int64_t>(n),
+                              window.load()};
+    int64_t now = self->current += record->bytes;
+    int64_t seen = self->peak.load();
+    while (now > seen && !self->peak.compare_exchange_weak(seen, now)) {
+    }
+    void *data = record->data.get();
+    return {data, record, &release, record->data.device()};
+  }
+
+private:
+  struct Record {
+    c10::DataPtr data;
+    int64_t bytes, window;
+  };
+  static void release(void *ctx) {
+    auto *record = static_cast<Record *>(ctx);
+    if (record->window == instance().window.load())
+      instance().current -= record->bytes;
+    delete record;
+  }
+
+public:
+  static CountingAllocator &instance() {
+    static CountingAllocator *a = new CountingAllocator;
+    return *a;
+  }
+};
+
+} // namespace
+
+CpuAllocationCounter::CpuAllocationCounter() {
+  CountingAllocator &a = CountingAllocator::instance();
+  a.inner = c10::GetCPUAllocator();
+  ++a.window;
+  a.current = 0;
+  a.peak = 0;
+  // The highest priority: whatever registered the default one.
+  c10::SetCPUAllocator(&a, /*priority=*/255);
+}
+
+CpuAllocationCounter::~CpuAllocationCounter() {
+  c10::SetCPUAllocator(CountingAllocator::instance().inner, /*priority=*/255);
+}
+
+int64_t CpuAllocationCounter::peakBytes() const {
+  return CountingAllocator::instance().peak.load();
+}
+
+int64_t CpuAllocationCounter::currentBytes() const {
+  return CountingAllocator::instance().current.load();
 }
 
 } // namespace cac::rt::test

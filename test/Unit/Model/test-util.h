@@ -70,6 +70,22 @@ void expectError(const std::function<void()> &fn,
 /// The elements of a 1-D integer tensor.
 std::vector<int64_t> toLongs(const at::Tensor &t);
 
+/// Counts the bytes LibTorch allocates on the CPU while it lives: installs
+/// a counting wrapper as c10's CPU allocator and puts the previous one back
+/// when destroyed. Only allocations made while it is installed count (their
+/// frees count whenever they happen).
+class CpuAllocationCounter {
+public:
+  CpuAllocationCounter();
+  ~CpuAllocationCounter();
+  CpuAllocationCounter(const CpuAllocationCounter &) = delete;
+  CpuAllocationCounter &operator=(const CpuAllocationCounter &) = delete;
+  /// The most bytes held at once by the allocations counted.
+  int64_t peakBytes() const;
+  /// The bytes of the counted allocations still held.
+  int64_t currentBytes() const;
+};
+
 /// Largest absolute difference of two tensors of the same shape (as double).
 double maxAbsDiff(const at::Tensor &a, const at::Tensor &b);
 

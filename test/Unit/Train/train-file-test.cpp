@@ -108,11 +108,16 @@ TEST(TrainFile, RolloutDtype) {
   r = check(withFields("  rollout_dtype = \"bf16\"\n"));
   ASSERT_TRUE(r.cfg) << r.errors;
   EXPECT_EQ(r.cfg->rolloutDtype, "bfloat16");
+  // float16 is a name; whether the device runs it is the trainer's check.
+  r = check(withFields("  rollout_dtype = \"fp16\"\n"));
+  ASSERT_TRUE(r.cfg) << r.errors;
+  EXPECT_EQ(r.cfg->rolloutDtype, "float16");
   r = check(withFields("  rollout_dtype = \"bfloat8\"\n"));
   EXPECT_FALSE(r.cfg);
   EXPECT_EQ(r.errors,
             "t.cac:6:19: error: 'rollout_dtype': unknown model dtype "
-            "'bfloat8' (float32 or bfloat16; also f32, fp32, bf16)\n"
+            "'bfloat8' (float32, bfloat16 or float16; also f32, fp32, bf16, "
+            "f16, fp16)\n"
             "  rollout_dtype = \"bfloat8\"\n"
             "                  ^\n");
   r = check(withFields("  rollout_dtype = 16\n"));

@@ -554,6 +554,24 @@ TEST_F(TrainerTest, Bfloat16RolloutsTrainAgainstTheFloat32Policy) {
     EXPECT_FALSE(r.contains("rollout_logp_diff"));
 }
 
+TEST_F(TrainerTest, Float16RolloutsNeedADeviceThatRunsThem) {
+  // LibTorch 1.13 has no float16 matmul on the CPU: the run is refused at
+  // the field, before any model is built.
+  try {
+    cac::rt::checkModelDtype(at::kHalf, torch::kCPU);
+    GTEST_SKIP() << "this LibTorch runs float16 on the CPU";
+  } catch (const std::exception &) {
+  }
+  std::string errors = prepareErrors(
+      config(source("grpo", "  rollout_dtype = \"float16\"\n"), "f16"));
+  EXPECT_NE(errors.find("error: 'rollout_dtype': a float16 model cannot run "
+                        "on the CPU"),
+            std::string::npos)
+      << errors;
+  // At the field's position in the file.
+  EXPECT_NE(errors.find("train.cac:"), std::string::npos) << errors;
+}
+
 TEST_F(TrainerTest, ResumeAfterKillEqualsUninterrupted) {
   for (int64_t killAfter : {2, 3, 4}) {
     SCOPED_TRACE("killed after " + std::to_string(killAfter) + " steps");

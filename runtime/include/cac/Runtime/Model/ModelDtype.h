@@ -16,15 +16,20 @@
 namespace cac::rt {
 
 /// The canonical name of the model dtype \p name: "float32" (for "float32",
-/// "f32", "fp32") or "bfloat16" (for "bfloat16", "bf16"). Throws
-/// std::runtime_error naming the accepted names otherwise.
+/// "f32", "fp32"), "bfloat16" (for "bfloat16", "bf16") or "float16" (for
+/// "float16", "f16", "fp16"). Throws std::runtime_error naming the accepted
+/// names otherwise. Whether a device runs a dtype is checkModelDtype's
+/// question (Transformer.h), asked once the device is known.
 inline std::string canonicalModelDtype(const std::string &name) {
   if (name == "float32" || name == "f32" || name == "fp32")
     return "float32";
   if (name == "bfloat16" || name == "bf16")
     return "bfloat16";
-  throw std::runtime_error("unknown model dtype '" + name +
-                           "' (float32 or bfloat16; also f32, fp32, bf16)");
+  if (name == "float16" || name == "f16" || name == "fp16")
+    return "float16";
+  throw std::runtime_error(
+      "unknown model dtype '" + name +
+      "' (float32, bfloat16 or float16; also f32, fp32, bf16, f16, fp16)");
 }
 
 } // namespace cac::rt

@@ -6,6 +6,12 @@
 // are converted to the parameters' dtype while loading; every tensor that is
 // missing, unexpected or of the wrong shape is reported by name.
 //
+// loadPretrained allocates the parameters once, in the target dtype on the
+// target device, after checking that they fit there, and reads the files
+// tensor by tensor into them: the host holds at most one tensor's stored
+// bytes besides the parameters themselves (none for a CPU target in the
+// stored dtype).
+//
 //===----------------------------------------------------------------------===//
 
 #ifndef CAC_RUNTIME_MODEL_MODELIO_H
@@ -14,7 +20,9 @@
 #include "cac/Runtime/Model/Safetensors.h"
 #include "cac/Runtime/Model/Transformer.h"
 
+#include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -34,9 +42,12 @@ struct LoadReport {
   /// File tensors deliberately skipped (lm_head.weight of a tied model,
   /// rotary inv_freq buffers).
   std::vector<std::string> ignored;
-  /// Parameters left at their fresh initialization on purpose (a value head
-  /// requested for a policy checkpoint that has none).
+  /// Parameters initialized fresh on purpose (a value head requested for a
+  /// policy checkpoint that has none).
   std::vector<std::string> initialized;
+  /// The largest host buffer one tensor passed through on its way into its
+  /// parameter (its stored bytes); 0 when every tensor was read in place.
+  uint64_t largestStagingBytes = 0;
 
   bool ok() const {
     return missing.empty() && unexpected.empty() && mismatched.empty();
@@ -55,15 +66,29 @@ enum class ValueHeadMode {
   Without,
 };
 
+/// The memory still free on a device (bytes), -1 where it cannot be told.
+using AvailableMemoryFn = std::function<double(const torch::Device &)>;
+
 /// Options of loadPretrained.
 struct LoadOptions {
   /// Throw when the report is not ok() (otherwise return it).
   bool strict = true;
   ValueHeadMode valueHead = ValueHeadMode::Auto;
-  /// Where and in which dtype the model ends up (default: CPU, float32).
+  /// Where and in which dtype the parameters are allocated and loaded
+  /// (default: CPU, float32). A dtype the device cannot run
+  /// (checkModelDtype) is refused before anything is read.
   std::optional<torch::Device> device;
   std::optional<at::ScalarType> dtype;
+  /// What the target device has free. Unset: availableHostMemory() for the
+  /// CPU, unknown (no check) elsewhere; cac-run passes the trainer's
+  /// availableMemory, which reads a CUDA device's free memory.
+  AvailableMemoryFn availableMemory;
 };
+
+/// The bytes of the parameters of a model of \p config (with a value head
+/// if \p valueHead) in \p dtype.
+double parameterBytes(const ModelConfig &config, bool valueHead,
+                      at::ScalarType dtype);
 
 /// Where each tensor of a model folder lives: reads
 /// `model.safetensors.index.json` if present, else lists
@@ -84,7 +109,11 @@ LoadReport loadWeights(TransformerLMImpl &model, const NamedTensors &tensors,
                        bool strict = true,
                        const std::string &source = "state dict");
 
-/// Builds a model from `folder/config.json` and loads its weights.
+/// Builds a model from `folder/config.json` and loads its weights. Throws,
+/// before allocating, naming the folder, the bytes needed and the bytes
+/// available, when the parameters would not fit on the target device.
+/// Parameters no file provides (with strict off) and a requested value head
+/// the files lack are initialized as initWeights does.
 TransformerLM loadPretrained(const std::filesystem::path &folder,
                              const LoadOptions &options = {},
                              LoadReport *report = nullptr);

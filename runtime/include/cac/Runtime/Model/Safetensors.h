@@ -74,8 +74,11 @@ public:
   /// float32, integer and bool tensors keep their dtype.
   at::Tensor read(const std::string &name) const;
   /// Reads a tensor into \p dst (any device/dtype), which must have the same
-  /// shape; throws naming the tensor and both shapes otherwise.
-  void readInto(const std::string &name, at::Tensor dst) const;
+  /// shape; throws naming the tensor and both shapes otherwise. A contiguous
+  /// CPU \p dst of the stored dtype is read into directly; any other goes
+  /// through one host buffer of the stored bytes, converted by copy_.
+  /// Returns the size of that buffer (0 when there was none).
+  uint64_t readInto(const std::string &name, at::Tensor dst) const;
   /// read() of every tensor.
   NamedTensors readAll() const;
 

@@ -29,8 +29,6 @@
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
-#include <torch/nn/modules/embedding.h>
-#include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
 #include <optional>
@@ -107,10 +105,39 @@ private:
   int64_t pending_ = 0; // T of the forward in progress
 };
 
+/// Where a model's parameters are allocated when they are to be filled by a
+/// load (loadPretrained): uninitialized, directly in these options' dtype and
+/// device, with no float32 copy and no draw from any generator. Absent, a
+/// module is fresh: float32 on the CPU, drawn as LibTorch's own modules draw.
+using Uninitialized = std::optional<at::TensorOptions>;
+
+/// y = x W^T + b. Fresh, its parameters are those of a torch::nn::Linear of
+/// the same shape (the same draws, in the same order), so a seed gives the
+/// same model as it always has.
+class LinearImpl : public torch::nn::Module {
+public:
+  LinearImpl(int64_t in, int64_t out, bool bias,
+             const Uninitialized &uninit = std::nullopt);
+  at::Tensor forward(const at::Tensor &x);
+  at::Tensor weight, bias;
+};
+TORCH_MODULE(Linear);
+
+/// A lookup table of rows; fresh, the weight of a torch::nn::Embedding.
+class EmbeddingImpl : public torch::nn::Module {
+public:
+  EmbeddingImpl(int64_t rows, int64_t dim,
+                const Uninitialized &uninit = std::nullopt);
+  at::Tensor forward(const at::Tensor &ids);
+  at::Tensor weight;
+};
+TORCH_MODULE(Embedding);
+
 /// Root-mean-square layer norm, computed in float32 (as HF does).
 class RMSNormImpl : public torch::nn::Module {
 public:
-  RMSNormImpl(int64_t dim, double eps);
+  RMSNormImpl(int64_t dim, double eps,
+              const Uninitialized &uninit = std::nullopt);
   at::Tensor forward(const at::Tensor &x);
   at::Tensor weight;
   double eps;
@@ -120,14 +147,14 @@ TORCH_MODULE(RMSNorm);
 /// Grouped-query self-attention with rotary position embeddings.
 class AttentionImpl : public torch::nn::Module {
 public:
-  AttentionImpl(const ModelConfig &config, int64_t layerIndex);
+  AttentionImpl(const ModelConfig &config, int64_t layerIndex,
+                const Uninitialized &uninit = std::nullopt);
   /// \p x [B, T, H]; \p cos, \p sin [B, 1, T, D]; \p bias [B, 1, 1, T, S]
   /// additive mask; \p cache may be null.
   at::Tensor forward(const at::Tensor &x, const at::Tensor &cos,
                      const at::Tensor &sin, const at::Tensor &bias,
                      KVCache *cache);
-  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr},
-      o_proj{nullptr};
+  Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   /// Whether forward() calls at::scaled_dot_product_attention (only where
   /// fusedAttentionAvailable()) instead of matmul and softmax.
   bool fused = false;
@@ -140,16 +167,18 @@ TORCH_MODULE(Attention);
 /// SwiGLU feed-forward: down(silu(gate(x)) * up(x)).
 class MlpImpl : public torch::nn::Module {
 public:
-  explicit MlpImpl(const ModelConfig &config);
+  explicit MlpImpl(const ModelConfig &config,
+                   const Uninitialized &uninit = std::nullopt);
   at::Tensor forward(const at::Tensor &x);
-  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+  Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
 TORCH_MODULE(Mlp);
 
 /// One pre-norm transformer block.
 class DecoderLayerImpl : public torch::nn::Module {
 public:
-  DecoderLayerImpl(const ModelConfig &config, int64_t layerIndex);
+  DecoderLayerImpl(const ModelConfig &config, int64_t layerIndex,
+                   const Uninitialized &uninit = std::nullopt);
   at::Tensor forward(const at::Tensor &x, const at::Tensor &cos,
                      const at::Tensor &sin, const at::Tensor &bias,
                      KVCache *cache);
@@ -162,8 +191,9 @@ TORCH_MODULE(DecoderLayer);
 /// The `model.` part of a HF causal LM: embedding, blocks, final norm.
 class DecoderStackImpl : public torch::nn::Module {
 public:
-  explicit DecoderStackImpl(const ModelConfig &config);
-  torch::nn::Embedding embed_tokens{nullptr};
+  explicit DecoderStackImpl(const ModelConfig &config,
+                            const Uninitialized &uninit = std::nullopt);
+  Embedding embed_tokens{nullptr};
   torch::nn::ModuleList layers{nullptr};
   RMSNorm norm{nullptr};
   std::vector<DecoderLayer> blocks;
@@ -171,13 +201,18 @@ public:
 TORCH_MODULE(DecoderStack);
 
 /// The causal language model (Llama/Qwen2 family), optionally with a value
-/// head. Parameters are created in float32 on the CPU; use to() to move or
-/// cast the model.
+/// head. A fresh model's parameters are created in float32 on the CPU (use
+/// to() to move or cast it); a model to be loaded is allocated in its target
+/// dtype and device (Uninitialized).
 class TransformerLMImpl : public torch::nn::Module {
 public:
   /// A randomly initialized model (initWeights with std 0.02 and the global
   /// generator); \p valueHead adds the critic head.
   explicit TransformerLMImpl(ModelConfig config, bool valueHead = false);
+  /// A model whose parameters are allocated uninitialized in \p options
+  /// (dtype and device) for a load to fill; nothing is drawn.
+  TransformerLMImpl(ModelConfig config, bool valueHead,
+                    const at::TensorOptions &options);
 
   /// Final-norm hidden states [B, T, hidden] of \p inputIds [B, T] (int64).
   ///
@@ -208,6 +243,10 @@ public:
   /// weights, zeros for biases, ones for norms.
   void initWeights(double std = 0.02,
                    std::optional<at::Generator> generator = std::nullopt);
+  /// initWeights' rule for the parameters named \p names only (the global
+  /// generator); throws naming a name the model does not have.
+  void initParameters(const std::vector<std::string> &names,
+                      double std = 0.02);
 
   const ModelConfig &config() const { return config_; }
   /// The floating-point type of the weights (and so of the activations and
@@ -225,10 +264,11 @@ public:
   torch::Device device() const;
 
   DecoderStack model{nullptr};
-  torch::nn::Linear lm_head{nullptr};
-  torch::nn::Linear value_head{nullptr};
+  Linear lm_head{nullptr};
+  Linear value_head{nullptr};
 
 private:
+  void build(bool valueHead, const Uninitialized &uninit);
   /// cos/sin [B, 1, T, D] of \p positions, in \p dtype.
   std::pair<at::Tensor, at::Tensor> rope(const at::Tensor &positions,
                                          at::ScalarType dtype);
@@ -242,11 +282,18 @@ TORCH_MODULE(TransformerLM);
 bool fusedAttentionAvailable();
 
 /// The model dtype named \p name (canonicalModelDtype's names: "float32",
-/// "f32", "fp32", "bfloat16", "bf16"). Throws std::runtime_error naming the
-/// accepted names otherwise.
+/// "f32", "fp32", "bfloat16", "bf16", "float16", "f16", "fp16"). Throws
+/// std::runtime_error naming the accepted names otherwise.
 at::ScalarType parseModelDtype(const std::string &name);
-/// The name of a model dtype: "float32", "bfloat16" (or c10's name).
+/// The name of a model dtype: "float32", "bfloat16", "float16" (or c10's
+/// name).
 std::string modelDtypeName(at::ScalarType dtype);
+/// Throws std::runtime_error, naming the dtype, the device and what to use
+/// instead, where a model in \p dtype cannot run on \p device: a
+/// non-floating dtype anywhere, and on the CPU a dtype this LibTorch has no
+/// CPU kernels for (LibTorch 1.13 has no float16 matmul; a two-token forward
+/// of a tiny model is tried once per dtype to find out).
+void checkModelDtype(at::ScalarType dtype, const torch::Device &device);
 
 /// The additive attention mask [B, 1, 1, T, S] for T queries appended after
 /// \p past cached slots: query t of row b sees key s when keyMask[b, s] and

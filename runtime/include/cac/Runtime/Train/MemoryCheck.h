@@ -9,6 +9,7 @@
 #define CAC_RUNTIME_TRAIN_MEMORYCHECK_H
 
 #include "cac/Runtime/Model/Config.h"
+#include "cac/Runtime/Support/HostMemory.h"
 
 #include <c10/core/Device.h>
 
@@ -71,14 +72,10 @@ ActivationMemory estimateActivationMemory(const ModelConfig &c,
                                           int64_t tokens, bool logits);
 
 /// The memory this process can still allocate on \p device (bytes), -1
-/// where it cannot be read. The CPU: /proc/meminfo's MemAvailable, or less
-/// where a cgroup (v2, a scheduler's job) limits the process. A CUDA device:
+/// where it cannot be read. The CPU: availableHostMemory(). A CUDA device:
 /// the driver's free memory (cuMemGetInfo), which counts what LibTorch's
 /// caching allocator holds as used.
 double availableMemory(const c10::Device &device);
-
-/// "1.5 GiB": the unit every message of these checks uses.
-std::string formatGiB(double bytes);
 
 } // namespace cac::rt::train
 
