@@ -84,7 +84,7 @@ struct Abi {
   /// indices as floats:
   ///   childEnd[k]  end of node k's children in `children` (CSR, node ids
   ///                ascending; they start at childEnd[k - 1], 0 for k = 0);
-  ///   order        the nodes breadth-first (roots first, in id order);
+  ///   order        the builder's own (cursors, each node's root);
   ///   size[k]      nodes in k's subtree, k included;
   ///   pre[k]       k's position in a preorder walk (roots in id order,
   ///                children in id order), so the subtree of k is the
@@ -94,11 +94,14 @@ struct Abi {
   ///   seqEnd[p], seqByPre
   ///                the non-empty sequences grouped by the preorder position
   ///                of their leaf (the node of their last token), CSR like
-  ///                the children.
+  ///                the children;
+  ///   seqScatter   the builder's own (the sequences before they are put
+  ///                in order).
   /// Each tree operation then visits only what it needs (children, the
   /// subtree's nodes or sequences) instead of every node or sequence.
   struct TreeScratch {
-    unsigned childEnd, children, order, size, pre, preNode, seqEnd, seqByPre;
+    unsigned childEnd, children, order, size, pre, preNode, seqEnd, seqByPre,
+        seqScatter;
   };
   std::optional<TreeScratch> tree;
   unsigned firstBuffer = kNumFixed;

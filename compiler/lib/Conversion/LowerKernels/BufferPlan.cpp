@@ -25,6 +25,7 @@ static Abi::TreeScratch planTree(llvm::function_ref<unsigned(Domain)> scratch) {
   t.preNode = nodeBuf();
   t.seqEnd = nodeBuf();
   t.seqByPre = scratch(Domain::Seq);
+  t.seqScatter = scratch(Domain::Seq);
   return t;
 }
 

@@ -63,14 +63,18 @@ cac::abi::KernelSpec Lowering::emitTree() {
   std::string name = est.getSymName().str() + "_tree";
   Location loc = est.getLoc();
   Type ft = abi.floatType;
-  auto emitBody = [&](OpBuilder &ib, ArrayRef<Value> args, Value unit,
-                      const BlockThreads *) {
+  // One unit for the batch: a block where seq kernels run in blocks, so
+  // that its threads split the passes and meet at barriers.
+  const bool perBlock = target.blockPerSequence();
+  auto emitBody = [&](OpBuilder &ib, ArrayRef<Value> args, Value,
+                      const BlockThreads *threads) {
     Emitter em(ib, loc, ft, args, abi);
-    emitTreeBuilder(em, *abi.tree, unit);
+    emitTreeBuilder(em, *abi.tree, threads);
   };
-  target.createKernel(b, loc, name, abi, emitBody, /*perBlock=*/false);
-  return {name, cac::abi::Grid::Node, o.blockSize, /*perBlock=*/false,
-          std::nullopt, std::nullopt};
+  target.createKernel(b, loc, name, abi, emitBody, perBlock);
+  int64_t threads = perBlock ? o.seqBlock : o.blockSize;
+  return {name,     cac::abi::Grid::Batch, threads,
+          perBlock, std::nullopt,          std::nullopt};
 }
 
 cac::abi::KernelSpec Lowering::emitKernel(KernelOp kernel,

@@ -13,11 +13,12 @@ namespace {
 /// O(sequences in the subtree).
 ///
 /// tree_mean is its children's tree_mean, so it needs them first: a kernel
-/// that computes one is a sweep, where unit 0 visits the nodes in reverse
-/// preorder (children before their parents) and evaluates the whole kernel
-/// at each, reading the children's tree_mean from its buffer. That is
-/// O(K + edges) for the kernel, where a walk from each node down its subtree
-/// was O(K * depth^2).
+/// that computes one is a sweep, where the unit of each root visits its
+/// tree's nodes in reverse preorder (children before their parents;
+/// positions [pre[r], pre[r] + size[r])) and evaluates the whole kernel at
+/// each, reading the children's tree_mean from its buffer. The trees of a
+/// forest are swept in parallel, each in O(nodes + edges) and in the same
+/// order whatever the number of trees, so every node's arithmetic is too.
 ///
 /// Means are shifted by their first term, x0 + sum(x - x0) / n: a mean of
 /// equal values is that value exactly, so a tree of equal rewards has A = 0,
@@ -39,15 +40,14 @@ public:
       return;
     }
     using P = arith::CmpIPredicate;
-    Value K = e.args[kNumNodes];
-    ix.when(ix.cmpI(P::eq, unit, e.i64(0)), [&] {
-      ix.each(e.i64(0), K, [&](Value i) {
-        Value n = ix.idx(t.preNode, ix.sub(ix.sub(K, e.i64(1)), i));
-        ix.when(ix.cmpI(P::sge, n, e.i64(0)), [&] {
-          node = n;
-          memo.clear();
-          storeAll();
-        });
+    // Nodes no root reaches (a cycle) are in no root's range: never visited.
+    ix.when(ix.cmpI(P::slt, parentOf(unit), e.i64(0)), [&] {
+      Value last = ix.sub(ix.add(ix.idx(t.pre, unit), ix.idx(t.size, unit)),
+                          e.i64(1));
+      ix.each(e.i64(0), ix.idx(t.size, unit), [&](Value i) {
+        node = ix.idx(t.preNode, ix.sub(last, i));
+        memo.clear();
+        storeAll();
       });
     });
   }
