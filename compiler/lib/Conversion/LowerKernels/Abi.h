@@ -58,6 +58,12 @@ struct Buffer {
   bool segOnTokens = false;
 };
 
+/// The k of a rank that only `rank < k` reads (top_k), k one value per
+/// sequence that no reduction of the rank's kernel computes: a seq-level or
+/// scalar value, which the rank's kernel may evaluate before the rank. Such
+/// a rank is a radix select (TopKSelect.cpp), not a sort. Null otherwise.
+Value topKBound(RankOp rank);
+
 /// The plan of a bundle's arguments and buffers (BufferPlan.cpp).
 struct Abi {
   std::vector<AbiArg> args;
@@ -73,7 +79,10 @@ struct Abi {
   DenseMap<Operation *, unsigned> outputBuffer;
   /// The scratch token buffers of each rank's radix sort: two permutations
   /// and a second key array (the first is the rank's own buffer), written
-  /// and read alternately.
+  /// and read alternately. A rank read only as top_k (topKBound) has no
+  /// buffer of its own; its select by one thread keeps its candidates'
+  /// keys in keysB and their positions in permA (permB is permA), where
+  /// the flags of top_k go after the select.
   struct RankScratch {
     unsigned permA, permB, keysB;
   };

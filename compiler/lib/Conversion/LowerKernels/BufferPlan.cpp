@@ -58,6 +58,11 @@ static void planScratch(Block &body, const llvm::DenseSet<Operation *> &fused,
         abi.storage[tm.getResult()] = newScratch(Domain::Node);
     });
     kernel.walk([&](RankOp r) {
+      if (topKBound(r)) {
+        unsigned pos = newScratch(Domain::Token);
+        abi.rankScratch[r] = {pos, pos, newScratch(Domain::Token)};
+        return;
+      }
       if (!abi.storage.count(r.getResult()))
         abi.storage[r.getResult()] = newScratch(Domain::Token);
       unsigned pa = newScratch(Domain::Token);

@@ -67,6 +67,8 @@ Value SeqKernelEmitter::rankKey(Value x) { return descendingKey(e, x); }
 /// threads (trip counts depend on the sequence only); the caller's
 /// barrier follows.
 void SeqKernelEmitter::emitRankSortBlock(RankOp rank) {
+  if (Value k = topKBound(rank))
+    return emitTopKSelectBlock(rank, k);
   Location loc = e.loc;
   const unsigned bits = e.ft.getIntOrFloatBitWidth();
   const unsigned passes = bits / 4;
@@ -173,6 +175,8 @@ void SeqKernelEmitter::emitRankSortBlock(RankOp rank) {
 /// dependent loads. Positions are stored as floats: exact below 2^24
 /// tokens per sequence in f32.
 void SeqKernelEmitter::emitRankSort(RankOp rank) {
+  if (Value k = topKBound(rank))
+    return emitTopKSelect(rank, k);
   Location loc = e.loc;
   MLIRContext *ctx = b.getContext();
   auto ptrTy = LLVM::LLVMPointerType::get(ctx);

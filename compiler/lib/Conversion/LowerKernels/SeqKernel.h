@@ -7,7 +7,8 @@
 // block-per-sequence kernel, by the block's threads tile by tile
 // (BlockLoop.cpp, with the block-wide scans and reductions of
 // BlockPrimitives.cpp); ranks are radix sorts before their loop
-// (RankSort.cpp).
+// (RankSort.cpp), or radix selects where only top_k reads them
+// (TopKSelect.cpp).
 //
 //===----------------------------------------------------------------------===//
 
@@ -93,6 +94,18 @@ private:
   void emitRankSortBlock(RankOp rank);
   void emitRankSort(RankOp rank);
 
+  // TopKSelect.cpp: a rank read only as top_k, as a radix select.
+  using CutFn = std::pair<Value, Value>(Value);
+  Value topKCount(Value kv);
+  void emitTopKCut(RankOp rank, Value m, llvm::function_ref<CutFn> some);
+  void emitTopKSelect(RankOp rank, Value kv);
+  void emitTopKSelectBlock(RankOp rank, Value kv);
+  SmallVector<Value> blockHandOver(Value cond, ArrayRef<Value> vs);
+  Value blockPrefixSum(Value c);
+  Value blockTie(RankOp rank, Value key, Value r);
+  Value topKTest(RankOp rank, Value t);
+  Value topKMember(CmpOp cmp, Value t);
+
   // GroupReads.cpp: values read at the other sequences of the group.
   Value groupRank(GroupRankOp r);
   Value groupKey(GroupKeyOp k);
@@ -130,6 +143,11 @@ private:
   DenseMap<Value, Value> outerMemo;
   DenseMap<std::pair<Value, Value>, Value> tokenMemo;
   DenseMap<std::pair<Value, Value>, Value> intMemo;
+  /// Each selected rank's cut (TopKSelect.cpp): the key K and the last
+  /// token whose key is K that top_k takes.
+  DenseMap<Operation *, std::pair<Value, Value>> topKCuts;
+  /// The buffer of each selected rank's flags, where one thread stored them.
+  DenseMap<Operation *, Value> topKFlags;
   /// The shifts of a nest that index from the index they are given
   /// (shiftTok); deeper ones index from the nest's base token.
   static constexpr unsigned kPathShifts = 3;

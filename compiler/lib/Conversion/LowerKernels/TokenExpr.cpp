@@ -96,6 +96,8 @@ Value SeqKernelEmitter::computeTok(Value v, Value t) {
     return e.load(e.args[abi.storage.lookup(g.getInput())], at, e.ft);
   }
   if (auto cmp = dyn_cast<CmpOp>(op)) {
+    if (Value v = topKMember(cmp, t))
+      return v;
     // Positions against lengths (is_last, is_first, position < k), where
     // the target compares them as the integers they are.
     Value l = target.integerCompares() ? intTok(cmp.getLhs(), t) : Value();
