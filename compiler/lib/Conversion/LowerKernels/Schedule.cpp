@@ -3,14 +3,17 @@
 #include "Schedule.h"
 #include "Emitter.h"
 
+#include "llvm/ADT/SetVector.h"
+
 namespace cac::lowering {
 namespace {
 
 class Scheduler {
 public:
   Scheduler(KernelOp kernel, const DenseMap<Value, unsigned> &storage,
-            ArrayRef<Store> tokenStores)
-      : kernel(kernel), storage(storage), tokenStores(tokenStores) {}
+            ArrayRef<Store> tokenStores, const Version &version)
+      : kernel(kernel), storage(storage), tokenStores(tokenStores),
+        version(version) {}
 
   std::vector<Loop> run();
 
@@ -23,12 +26,18 @@ private:
              std::optional<bool> direction);
   bool fitsLast(SmallVectorImpl<Dep> &deps, std::optional<bool> &need);
   void placeStoresOf(Value r);
+  void markLive(Value v);
 
   KernelOp kernel;
   const DenseMap<Value, unsigned> &storage;
   ArrayRef<Store> tokenStores;
+  const Version &version;
+  /// In a version: the operations its outputs and results read; the
+  /// scans, ranks and reductions of the other arms are left out.
+  DenseSet<Operation *> live;
   std::vector<Loop> loops;
   DenseMap<Operation *, size_t> loopOf;
+
   DenseSet<Store> placedStores;
   /// The (value, offset) pairs and seq-level values the current
   /// collectTokenDeps walk has visited: a value read twice (`a + a`) is
@@ -75,6 +84,11 @@ void Scheduler::tokenDeps(Value v, int64_t off, SmallVectorImpl<Dep> &deps) {
     tokenDeps(g.getIndex(), off, deps);
     return;
   }
+  if (auto sel = dyn_cast<SelectOp>(op))
+    if (Value arm = fixedArm(sel, version)) {
+      tokenDeps(arm, off, deps);
+      return;
+    }
   if (isElementwise(op))
     for (Value o : op->getOperands())
       tokenDeps(o, off, deps);
@@ -89,6 +103,11 @@ void Scheduler::outerDeps(Value v, SmallVectorImpl<Dep> &deps) {
     deps.push_back({op, 0, true});
     return;
   }
+  if (auto sel = dyn_cast<SelectOp>(op))
+    if (Value arm = fixedArm(sel, version)) {
+      outerDeps(arm, deps);
+      return;
+    }
   for (Value o : op->getOperands())
     outerDeps(o, deps);
 }
@@ -142,8 +161,29 @@ void Scheduler::place(Item item, SmallVectorImpl<Dep> &deps,
   l.items.push_back(item);
 }
 
+/// Marks what `v` reads in this version.
+void Scheduler::markLive(Value v) {
+  Operation *op = v.getDefiningOp();
+  if (!inKernel(v) || !live.insert(op).second)
+    return;
+  if (auto sel = dyn_cast<SelectOp>(op))
+    if (Value arm = fixedArm(sel, version))
+      return markLive(arm);
+  for (Value o : op->getOperands())
+    markLive(o);
+}
+
 std::vector<Loop> Scheduler::run() {
-  for (Operation &op : kernel.getBody().front()) {
+  Block &body = kernel.getBody().front();
+  if (!version.empty())
+    for (Operation &op : body)
+      if (isa<OutputOp, YieldOp>(op))
+        for (Value o : op.getOperands())
+          markLive(o);
+  for (Operation &op : body) {
+    if (!version.empty() && isa<ScanOp, RankOp, ReduceOp>(op) &&
+        !live.contains(&op))
+      continue;
     SmallVector<Dep> deps;
     if (auto scan = dyn_cast<ScanOp>(op)) {
       collectTokenDeps(scan.getInput(), deps);
@@ -196,8 +236,51 @@ void Scheduler::placeStoresOf(Value r) {
 
 std::vector<Loop> scheduleLoops(KernelOp kernel,
                                 const DenseMap<Value, unsigned> &storage,
-                                ArrayRef<Store> tokenStores) {
-  return Scheduler(kernel, storage, tokenStores).run();
+                                ArrayRef<Store> tokenStores,
+                                const Version &version) {
+  return Scheduler(kernel, storage, tokenStores, version).run();
+}
+
+/// The scalar i1 value that `v` broadcasts, or null.
+static Value uniformCondition(Value v) {
+  while (auto bc = v.getDefiningOp<BroadcastOp>())
+    v = bc.getOperand();
+  return domainOf(v) == Domain::Scalar ? v : Value();
+}
+
+Value fixedArm(SelectOp sel, const Version &version) {
+  if (version.empty())
+    return Value();
+  Value c = uniformCondition(sel.getCondition());
+  auto it = c ? version.find(c) : version.end();
+  if (it == version.end())
+    return Value();
+  return it->second ? sel.getTrueValue() : sel.getFalseValue();
+}
+
+SmallVector<Value> versionConditions(KernelOp kernel,
+                                     const DenseMap<Value, unsigned> &storage,
+                                     ArrayRef<Store> tokenStores) {
+  // Segment estimators only, so far: the objectives that a version would
+  // save a loop of (a select between aggregations) are not measured yet.
+  if (kernel.getBody().front().getOps<SegGatherOp>().empty())
+    return {};
+  llvm::SetVector<Value> conds;
+  for (auto sel : kernel.getBody().front().getOps<SelectOp>())
+    if (domainOf(sel.getResult()) == Domain::Token)
+      if (Value c = uniformCondition(sel.getCondition()))
+        conds.insert(c);
+  if (conds.empty() || conds.size() > kMaxVersionConditions)
+    return {};
+  size_t whole = scheduleLoops(kernel, storage, tokenStores).size();
+  for (unsigned bits = 0; bits < (1u << conds.size()); ++bits) {
+    Version v;
+    for (auto [i, c] : llvm::enumerate(conds))
+      v[c] = (bits >> i) & 1;
+    if (scheduleLoops(kernel, storage, tokenStores, v).size() < whole)
+      return SmallVector<Value>(conds.begin(), conds.end());
+  }
+  return {};
 }
 
 } // namespace cac::lowering

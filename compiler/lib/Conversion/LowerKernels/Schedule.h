@@ -40,6 +40,14 @@ struct Loop {
 /// A (token value, buffer) pair that a kernel stores.
 using Store = std::pair<Value, unsigned>;
 
+/// The uniform conditions (scalar i1 values: parameters compared with
+/// literals) that one version of a seq kernel fixes, with their values there.
+using Version = DenseMap<Value, bool>;
+
+/// The operand that `sel` takes in `version`, where its condition is one the
+/// version fixes; null otherwise.
+Value fixedArm(SelectOp sel, const Version &version);
+
 /// The loops of seq kernel `kernel`, in order. Items are placed in program
 /// order: each joins the last loop when its dependences allow (a value read
 /// at the next token is available in a reverse loop), else it opens a new
@@ -47,9 +55,24 @@ using Store = std::pair<Value, unsigned>;
 /// loop's direction. Token stores join the loop where their value becomes
 /// available. `storage` says where scans and ranks are stored (a store into
 /// a scan's or a rank's own buffer is the scan's or the rank's).
+/// In `version`, a select whose condition it fixes depends on the taken
+/// operand only.
 std::vector<Loop> scheduleLoops(KernelOp kernel,
                                 const DenseMap<Value, unsigned> &storage,
-                                ArrayRef<Store> tokenStores);
+                                ArrayRef<Store> tokenStores,
+                                const Version &version = {});
+
+/// The uniform conditions of `kernel`'s token selects on which the kernel is
+/// emitted once per combination of their values, each version with its own
+/// schedule: those (at most kMaxVersionConditions) where some version takes
+/// fewer loops over the sequence than the kernel as a whole, because the
+/// operand it drops needed a pass of its own (SPO-chain's `balanced`
+/// segmentation reads the count of cutpoints, `nth` does not). Empty when no
+/// version saves a loop, and in kernels that gather no segment values.
+SmallVector<Value> versionConditions(KernelOp kernel,
+                                     const DenseMap<Value, unsigned> &storage,
+                                     ArrayRef<Store> tokenStores);
+constexpr unsigned kMaxVersionConditions = 2;
 
 /// Whether `v` is defined in the body of `kernel`.
 inline bool definedIn(KernelOp kernel, Value v) {

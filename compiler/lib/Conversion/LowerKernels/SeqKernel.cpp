@@ -8,7 +8,6 @@ namespace cac::lowering {
 void SeqKernelEmitter::emit(Value unit) {
   this->unit = unit;
   e.anchor = e.i64(0).getDefiningOp();
-  loops = scheduleLoops(kernel, abi.storage, tokenStores);
   start = e.loadI32AsI64(kSeqOffsets, unit);
   Value next = b.create<arith::AddIOp>(e.loc, unit, e.i64(1));
   end = e.loadI32AsI64(kSeqOffsets, next);
@@ -16,9 +15,43 @@ void SeqKernelEmitter::emit(Value unit) {
   if (abi.needsGroups)
     group = e.loadI32AsI64(kSeqGroup, unit);
   emitFusedGroups();
+  SmallVector<Value> conds =
+      versionConditions(kernel, abi.storage, tokenStores);
+  DenseMap<Value, Value> outer = outerMemo;
+  emitVersions(conds, outer);
+}
+
+/// One version of the body per combination of the uniform conditions
+/// `conds`, chosen by scf.if (once per sequence, not per token).
+void SeqKernelEmitter::emitVersions(ArrayRef<Value> conds,
+                                    const DenseMap<Value, Value> &outer) {
+  if (conds.empty()) {
+    // Values computed in another version's region do not dominate this one.
+    outerMemo = outer;
+    forgetTokens();
+    emitBody();
+    return;
+  }
+  auto ifOp = b.create<scf::IfOp>(e.loc, e.scalar(conds[0]),
+                                  /*withElseRegion=*/true);
+  OpBuilder::InsertionGuard g(b);
+  for (bool taken : {true, false}) {
+    b.setInsertionPointToStart(taken ? ifOp.thenBlock() : ifOp.elseBlock());
+    version[conds[0]] = taken;
+    emitVersions(conds.drop_front(), outer);
+  }
+  version.erase(conds[0]);
+}
+
+/// The loops of the schedule for the current version, then the seq values.
+void SeqKernelEmitter::emitBody() {
+  loops = scheduleLoops(kernel, abi.storage, tokenStores, version);
+  storedEarlier.clear();
   if (!threads) {
-    for (Loop &l : loops)
+    for (Loop &l : loops) {
       emitLoop(l);
+      noteStores(l);
+    }
     for (auto [v, buf] : seqStores)
       e.storeBuffer(buf, evalOuter(v), unit);
     return;
@@ -27,6 +60,7 @@ void SeqKernelEmitter::emit(Value unit) {
     if (i)
       threads->barrier();
     emitBlockLoop(loops[i]);
+    noteStores(loops[i]);
   }
   // Every thread has the sequence's values; thread 0 stores them.
   SmallVector<std::pair<Value, unsigned>> values;
@@ -79,6 +113,9 @@ void SeqKernelEmitter::prepareOuter(Value v, DenseSet<Value> &seen) {
   }
   if (isa<ReduceOp>(op))
     return;
+  if (auto sel = dyn_cast<SelectOp>(op))
+    if (Value arm = fixedArm(sel, version))
+      return prepareOuter(arm, seen);
   for (Value o : op->getOperands())
     prepareOuter(o, seen);
 }

@@ -43,7 +43,9 @@ public:
 private:
   bool inKernel(Value v) { return definedIn(kernel, v); }
 
-  // SeqKernel.cpp: the unit, seq-level values, reductions.
+  // SeqKernel.cpp: the unit, its versions, seq-level values, reductions.
+  void emitVersions(ArrayRef<Value> conds, const DenseMap<Value, Value> &outer);
+  void emitBody();
   void emitFusedGroups();
   void prepareOuter(Value v, DenseSet<Value> &seen);
   void prepareLoopOuter(Loop &l);
@@ -120,6 +122,8 @@ private:
   Value computeOuter(Value v);
   Value evalTok(Value v, Value t);
   Value computeTok(Value v, Value t);
+  bool costlyToRecompute(Value v, DenseSet<Value> &seen);
+  void noteStores(const Loop &l);
   Value shiftTok(ShiftOp s, Value t);
   std::pair<Value, Value> shiftIndexFrom(Value t, int64_t offset);
   static arith::CmpIPredicate intPredicate(CmpOp cmp);
@@ -139,6 +143,11 @@ private:
   const BlockThreads *threads;
   ArrayRef<KernelOp> fusedGroups;
   std::vector<Loop> loops;
+  /// The uniform conditions fixed in the version being emitted.
+  Version version;
+  /// Token values that an earlier loop stored and that would cost more to
+  /// recompute than to load (noteStores), with their buffers.
+  DenseMap<Value, unsigned> storedEarlier;
   Value unit, start, end, len, group;
   DenseMap<Value, Value> outerMemo;
   DenseMap<std::pair<Value, Value>, Value> tokenMemo;

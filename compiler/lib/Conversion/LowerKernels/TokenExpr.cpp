@@ -38,6 +38,9 @@ Value SeqKernelEmitter::computeOuter(Value v) {
     return groupKey(k);
   if (isa<ReduceOp>(op))
     llvm_unreachable("reduction read before its loop was emitted");
+  if (auto sel = dyn_cast<SelectOp>(op))
+    if (Value arm = fixedArm(sel, version))
+      return evalOuter(arm);
   SmallVector<Value> x;
   for (Value o : op->getOperands())
     x.push_back(evalOuter(o));
@@ -69,6 +72,13 @@ Value SeqKernelEmitter::computeTok(Value v, Value t) {
       tileLoads->insert(v);
     return e.loadBuffer(v, t);
   }
+  if (auto it = storedEarlier.find(v); it != storedEarlier.end()) {
+    Value x = e.load(e.args[it->second], t, e.ft);
+    if (!elemOf(v).isInteger(1))
+      return x;
+    return b.create<arith::CmpFOp>(e.loc, arith::CmpFPredicate::UNE, x,
+                                   e.fconst(0.0));
+  }
   if (isa<PositionOp>(op))
     return e.toFloat(b.create<arith::SubIOp>(e.loc, t, start));
   if (auto s = dyn_cast<GroupPosSumOp>(op))
@@ -95,6 +105,9 @@ Value SeqKernelEmitter::computeTok(Value v, Value t) {
     Value at = b.create<arith::AddIOp>(e.loc, start, idx);
     return e.load(e.args[abi.storage.lookup(g.getInput())], at, e.ft);
   }
+  if (auto sel = dyn_cast<SelectOp>(op))
+    if (Value arm = fixedArm(sel, version))
+      return evalTok(arm, t);
   if (auto cmp = dyn_cast<CmpOp>(op)) {
     if (Value v = topKMember(cmp, t))
       return v;
@@ -109,6 +122,45 @@ Value SeqKernelEmitter::computeTok(Value v, Value t) {
   for (Value o : op->getOperands())
     x.push_back(evalTok(o, t));
   return e.elementwise(op, x);
+}
+
+/// Whether evaluating token value `v` reads a scan or a rank (a load of a
+/// buffer this kernel wrote) or divides: then a value an earlier loop
+/// stored is loaded instead (SPO-chain's segment starts, read at the next
+/// token by its reverse loop, would recompute the cutpoint count's modulo).
+bool SeqKernelEmitter::costlyToRecompute(Value v, DenseSet<Value> &seen) {
+  if (!inKernel(v) || domainOf(v) != Domain::Token || !seen.insert(v).second)
+    return false;
+  Operation *op = v.getDefiningOp();
+  if (isa<ScanOp, RankOp>(op))
+    return true;
+  if (auto bin = dyn_cast<BinaryOp>(op);
+      bin &&
+      (bin.getKind() == BinaryKind::Div || bin.getKind() == BinaryKind::Mod ||
+       bin.getKind() == BinaryKind::Pow))
+    return true;
+  if (auto sel = dyn_cast<SelectOp>(op))
+    if (Value arm = fixedArm(sel, version))
+      return costlyToRecompute(arm, seen);
+  if (!isElementwise(op) && !isa<ShiftOp, BroadcastOp, SegGatherOp>(op))
+    return false;
+  return llvm::any_of(op->getOperands(),
+                      [&](Value o) { return costlyToRecompute(o, seen); });
+}
+
+/// After loop `l`: the values it stored that later loops load rather than
+/// recompute.
+void SeqKernelEmitter::noteStores(const Loop &l) {
+  // Segment estimators only, so far: the objectives it would change are
+  // not measured yet.
+  if (kernel.getBody().front().getOps<SegGatherOp>().empty())
+    return;
+  for (const Item &it : l.items) {
+    DenseSet<Value> seen;
+    if (it.kind == Item::Store && domainOf(it.value) == Domain::Token &&
+        costlyToRecompute(it.value, seen))
+      storedEarlier.try_emplace(it.value, it.buffer);
+  }
 }
 
 void SeqKernelEmitter::forgetTokens() {
@@ -167,7 +219,7 @@ Value SeqKernelEmitter::shiftTok(ShiftOp s, Value t) {
 /// else `t` (a token of the sequence: the bound that `offset` moves towards
 /// decides).
 std::pair<Value, Value> SeqKernelEmitter::shiftIndexFrom(Value t,
-                                                          int64_t offset) {
+                                                         int64_t offset) {
   Value t2 = b.create<arith::AddIOp>(e.loc, t, e.i64(offset));
   Value in =
       offset > 0
