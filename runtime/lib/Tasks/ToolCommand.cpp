@@ -73,10 +73,9 @@ void ToolCommand::fail(const std::string &what) {
 
 void ToolCommand::start() {
   // After a failed call the error says why the program had to start again.
-  std::string again =
-      stoppedBecause_.empty()
-          ? std::string()
-          : "cannot start it again after " + stoppedBecause_ + ": ";
+  std::string again = stoppedBecause_.empty() ? std::string()
+                                              : "cannot start it again after " +
+                                                    stoppedBecause_ + ": ";
   try {
     process_ = std::make_unique<LineProcess>(options_.command, options_.dir);
   } catch (const std::exception &e) {
@@ -96,16 +95,17 @@ void ToolCommand::start() {
     if (!j.is_discarded() && j.is_object() && j.size() == 1 &&
         j.contains("ready") && j["ready"] == true)
       return;
-    fail(again + "its first line must be {\"ready\": true}, written once it "
-                 "reads calls; it wrote '" +
+    fail(again +
+         "its first line must be {\"ready\": true}, written once it "
+         "reads calls; it wrote '" +
          shorten(line) + "'");
   }
   case LineProcess::Read::Timeout:
     fail(again + "no ready line within " + seconds(options_.startTimeout) +
          " s" +
-         (pending.empty() ? ""
-                          : " (it wrote '" + shorten(pending) +
-                                "' without a line break)") +
+         (pending.empty()
+              ? ""
+              : " (it wrote '" + shorten(pending) + "' without a line break)") +
          "; once it reads calls it must write {\"ready\": true} and flush it "
          "(Python: print(json.dumps({\"ready\": True}), flush=True)); "
          "'start_timeout' sets the wait");

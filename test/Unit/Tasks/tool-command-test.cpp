@@ -113,9 +113,9 @@ TEST_F(ToolCommandTest, ACallThatHangsIsCutAtTheTimeout) {
 }
 
 TEST_F(ToolCommandTest, ACallThatEndsTheProgramIsAFailedCall) {
-  ToolCommand t(options(
-      readyLoop("case $l in *exit*) exit 3;; *segv*) kill -SEGV $$;; "
-                "*) echo '{\"observation\": \"fine\"}';; esac")));
+  ToolCommand t(
+      options(readyLoop("case $l in *exit*) exit 3;; *segv*) kill -SEGV $$;; "
+                        "*) echo '{\"observation\": \"fine\"}';; esac")));
   ToolAnswer a = t.call("exit", 1, "p");
   EXPECT_FALSE(a.ok);
   EXPECT_EQ(a.failure, "it exited with status 3");
@@ -197,8 +197,7 @@ TEST_F(ToolCommandTest, RepliesOutsideTheProtocolAreErrors) {
         << bad << ": " << e;
   }
   // Both lines in one write: seen with the reply.
-  std::string e =
-      error(readyLoop("printf '{\"observation\": \"a\"}\\nx\\n'"));
+  std::string e = error(readyLoop("printf '{\"observation\": \"a\"}\\nx\\n'"));
   EXPECT_NE(e.find("wrote more than one line for call 1"), std::string::npos)
       << e;
   // After a protocol error the program is not used again.

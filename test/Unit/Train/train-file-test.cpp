@@ -464,7 +464,8 @@ TEST(TrainFile, Overrides) {
 TEST(TrainFile, ExamplesParse) {
   size_t count = 0;
   for (const char *folder :
-       {"/examples/arith", "/examples/reverse", "/examples/gsm8k"})
+       {"/examples/arith", "/examples/reverse", "/examples/gsm8k",
+        "/examples/tools"})
     for (const auto &entry : std::filesystem::directory_iterator(
              std::string(CAC_TEST_SOURCE_DIR) + folder)) {
       if (entry.path().extension() != ".cac")
@@ -484,7 +485,7 @@ TEST(TrainFile, ExamplesParse) {
             << cfg->task.evalPath;
       }
     }
-  EXPECT_GE(count, 19u);
+  EXPECT_GE(count, 22u);
   std::string errors;
   EXPECT_FALSE(loadTrainFile("/nonexistent/train.cac", errors));
   EXPECT_EQ(errors,
