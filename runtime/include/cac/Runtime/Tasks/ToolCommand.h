@@ -1,4 +1,4 @@
-//===- ToolCommand.h - A tool of multi-turn rollouts as a program -*- C++ -*-=//
+//===- ToolCommand.h - A tool program of multi-turn rollouts ----*- C++ -*-===//
 //
 // `tools = command("python3 tool.py", timeout = 10, ..)` in a training file
 // (docs/training.md, "Tool programs"): the program is started once per
@@ -78,8 +78,7 @@ public:
   /// stopped, and started again for the next one. Throws
   /// std::runtime_error, naming the command and the call, when it breaks
   /// the protocol or cannot be started again.
-  ToolAnswer call(std::string_view call, int64_t turn,
-                  std::string_view prompt);
+  ToolAnswer call(std::string_view call, int64_t turn, std::string_view prompt);
 
   const ToolCommandOptions &options() const { return options_; }
   /// Calls answered so far (failed ones included), and the program's starts
