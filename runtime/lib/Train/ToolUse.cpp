@@ -113,7 +113,10 @@ ToolHook commandTool(const Tokenizer &tokenizer, const ToolSpec &spec,
     reply.observation = toolAnswerTokens(*tok, syntax, answer);
     reply.ok = answer.ok;
     reply.failed = !answer.failure.empty();
-    if (reply.failed && !*warned) {
+    // The first failed call of the run: a program that failed before has
+    // been started again since (a hook is made per sampling pass, so its
+    // own flag only covers the pass).
+    if (reply.failed && !*warned && program->restarts() == 0) {
       *warned = true;
       std::cerr << "cac-run: warning: " << where << ": tool command '"
                 << program->options().command << "' failed on a call ("

@@ -416,14 +416,14 @@ protected:
   void TearDown() override { fs::remove_all(dir_); }
 
   /// A program that logs each request and replies `got CALL`, or hangs
-  /// (blocked reading) on a call holding `9`, or writes nonsense on a call
-  /// holding `!`.
+  /// (blocked reading) on a call holding `9`, writes nonsense on a call
+  /// holding `!`, exits on a call holding `x`.
   std::unique_ptr<ToolCommand> program(double timeout = 10.0) {
     ToolCommandOptions o;
     o.command = "printf '{\"ready\": true}\\n'; while IFS= read -r l; do "
                 "printf '%s\\n' \"$l\" >>got.jsonl; "
                 "c=${l#*\\\"call\\\":\\\"}; c=${c%%\\\"*}; case $c in "
-                "*9*) cat >/dev/null;; *!*) echo nonsense;; "
+                "*9*) cat >/dev/null;; *!*) echo nonsense;; *x*) exit 3;; "
                 "*) printf '{\"observation\": \"got %s\"}\\n' \"$c\";; "
                 "esac; done";
     o.dir = dir_;
@@ -504,6 +504,34 @@ TEST_F(ToolProgramHook, AHangingCallIsCutAtTheTimeoutAndCounted) {
   EXPECT_FALSE(r->failed);
   EXPECT_EQ(tok.decode(r->observation), "=got 1+1");
   EXPECT_EQ(tool->restarts(), 1u);
+}
+
+// Each sampling pass makes its own hook; the warning comes once a run.
+TEST_F(ToolProgramHook, TheFirstFailedCallOfARunIsReported) {
+  CharTokenizer tok;
+  std::unique_ptr<ToolCommand> tool = program();
+  ToolSpec spec = bracketCalculator(2);
+  spec.kind = ToolSpec::Kind::Command;
+  ToolHook first = commandTool(tok, spec, *tool, "t.cac:4:11: tools");
+  ToolHook second = commandTool(tok, spec, *tool, "t.cac:4:11: tools");
+  ::testing::internal::CaptureStderr();
+  std::optional<ToolReply> a = first(rowOf(tok, "[x]"));
+  std::optional<ToolReply> b = second(rowOf(tok, "[1x]"));
+  std::optional<ToolReply> c = first(rowOf(tok, "[2x]"));
+  std::string err = ::testing::internal::GetCapturedStderr();
+  for (const std::optional<ToolReply> &r : {a, b, c}) {
+    ASSERT_TRUE(r);
+    EXPECT_TRUE(r->failed);
+    EXPECT_EQ(tok.decode(r->observation),
+              "=[tool error: it exited with status 3]");
+  }
+  EXPECT_EQ(tool->restarts(), 2u);
+  size_t at = err.find("cac-run: warning: t.cac:4:11: tools: tool command '");
+  EXPECT_NE(at, std::string::npos) << err;
+  EXPECT_NE(err.find("failed on a call (it exited with status 3)"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("cac-run: warning:", at + 1), std::string::npos) << err;
 }
 
 TEST_F(ToolProgramHook, AProtocolBreakIsAnErrorNamingTheField) {
