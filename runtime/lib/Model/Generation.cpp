@@ -545,6 +545,7 @@ int64_t Decoder::answerTool(int64_t row) {
                                std::to_string(cfg.vocabSize));
   ++s.toolCalls;
   s.toolOk += reply->ok ? 1 : 0;
+  s.toolFailed += reply->failed ? 1 : 0;
   if (reply->observation.empty())
     return 0;
   ++s.toolTurns;

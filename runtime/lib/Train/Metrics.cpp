@@ -46,6 +46,7 @@ const std::vector<std::string> &metricColumns() {
                                                 "response_len",
                                                 "turns",
                                                 "tool_accuracy",
+                                                "tool_failures",
                                                 "tokens_per_s",
                                                 "tokens_computed",
                                                 "tokens_flattened",

@@ -122,8 +122,9 @@ int64_t resume(TrainerState &s);
 struct RolloutTotals {
   /// `tokens` counts actions (observation tokens are not the policy's).
   double reward = 0, correct = 0, entropy = 0, tokens = 0, paths = 0;
-  /// Tool calls closed, answered and evaluated (`tools = ..` only).
-  double toolCalls = 0, toolTurns = 0, toolOk = 0;
+  /// Tool calls closed, answered, evaluated and failed by the tool
+  /// (`tools = ..` only).
+  double toolCalls = 0, toolTurns = 0, toolOk = 0, toolFailed = 0;
   /// Sum over actions of |sampler logp - policy logp| (a rollout dtype
   /// other than float32 only).
   double logpDiff = 0;

@@ -169,6 +169,7 @@ StepBatch sampleStep(TrainerState &s, int64_t rlIndex) {
     t.toolCalls += static_cast<double>(r.toolCalls);
     t.toolTurns += static_cast<double>(r.toolTurns);
     t.toolOk += static_cast<double>(r.toolOk);
+    t.toolFailed += static_cast<double>(r.toolFailed);
   }
   t.tokens = static_cast<double>(tokens);
   t.paths = static_cast<double>(batch.plan.rolls.size());

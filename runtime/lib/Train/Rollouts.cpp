@@ -35,6 +35,7 @@ Rollout toRollout(const PlanContext &ctx, const GeneratedSequence &g,
   r.toolCalls = g.toolCalls;
   r.toolTurns = g.toolTurns;
   r.toolOk = g.toolOk;
+  r.toolFailed = g.toolFailed;
   r.group = group;
   r.reward = ctx.reward(group, g.text);
   r.correct = r.reward >= 1.0;

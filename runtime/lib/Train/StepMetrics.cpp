@@ -11,13 +11,13 @@ namespace {
 /// Sums the rank's totals over the world (each rank holds its part of
 /// every sum), in one all-reduce.
 void sumOverWorld(const World &world, RolloutTotals &t, UpdateStats &u) {
-  std::vector<double> v{u.pgLoss,    u.valueLoss, u.kl,      u.loss,
-                        u.clipFrac,  u.ratio,     t.reward,  t.correct,
-                        t.entropy,   t.tokens,    t.paths,   t.toolCalls,
-                        t.toolTurns, t.toolOk,    t.logpDiff};
+  std::vector<double> v{u.pgLoss,    u.valueLoss, u.kl,       u.loss,
+                        u.clipFrac,  u.ratio,     t.reward,   t.correct,
+                        t.entropy,   t.tokens,    t.paths,    t.toolCalls,
+                        t.toolTurns, t.toolOk,    t.logpDiff, t.toolFailed};
   world.sum(v);
   t.toolCalls = v[11], t.toolTurns = v[12], t.toolOk = v[13];
-  t.logpDiff = v[14];
+  t.logpDiff = v[14], t.toolFailed = v[15];
   u.pgLoss = v[0], u.valueLoss = v[1], u.kl = v[2], u.loss = v[3];
   u.clipFrac = v[4], u.ratio = v[5];
   t.reward = v[6], t.correct = v[7], t.entropy = v[8];
@@ -53,6 +53,10 @@ RolloutTotals stepMetrics(TrainerState &s, nlohmann::json &row, RolloutTotals t,
     // when no rollout called the tool).
     row["turns"] = t.toolTurns / t.paths;
     row["tool_accuracy"] = t.toolCalls > 0 ? t.toolOk / t.toolCalls : 0.0;
+    // A tool program's own failures (timeouts, exits, replies too long):
+    // the fraction of the calls closed.
+    if (cfg.tools.kind == ToolSpec::Kind::Command)
+      row["tool_failures"] = t.toolCalls > 0 ? t.toolFailed / t.toolCalls : 0.0;
   }
   if (cfg.kl.inReward && cfg.kl.target > 0) {
     // The adaptive controller, after the step that used the coefficient.

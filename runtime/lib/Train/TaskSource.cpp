@@ -46,13 +46,8 @@ bool TaskSource::load(const TrainConfig &config, DiagnosticEngine &diag) {
   if (cfg->chat.enabled && !loadChat(diag))
     return false;
 
-  if (cfg->tools.enabled()) {
-    std::string why = checkToolTokens(*tokenizer, cfg->tools);
-    if (!why.empty()) {
-      diag.error(cfg->tools.loc, why);
-      return false;
-    }
-  }
+  if (cfg->tools.enabled() && !startTool(diag))
+    return false;
   if (cfg->reward.kind == RewardSpec::Kind::Command) {
     try {
       rewardCommand = std::make_unique<RewardCommand>(
@@ -63,6 +58,37 @@ bool TaskSource::load(const TrainConfig &config, DiagnosticEngine &diag) {
     }
   }
   return true;
+}
+
+/// Checks that the tokenizer writes the tool's replies and starts a tool
+/// program, so that one that cannot start is reported at the `tools` field.
+bool TaskSource::startTool(DiagnosticEngine &diag) {
+  const ToolSpec &t = cfg->tools;
+  std::string why = checkToolTokens(*tokenizer, t);
+  if (!why.empty()) {
+    diag.error(t.loc, why);
+    return false;
+  }
+  if (t.kind != ToolSpec::Kind::Command)
+    return true;
+  ToolCommandOptions o;
+  o.command = t.command;
+  o.dir = cfg->file.parent_path();
+  o.timeout = t.timeout;
+  o.startTimeout = t.startTimeout;
+  o.maxBytes = static_cast<size_t>(t.maxBytes);
+  try {
+    toolCommand = std::make_unique<ToolCommand>(o);
+  } catch (const std::exception &e) {
+    diag.error(t.loc, e.what());
+    return false;
+  }
+  return true;
+}
+
+std::string TaskSource::toolField() const {
+  return cfg->file.string() + ":" + std::to_string(cfg->tools.loc.line) + ":" +
+         std::to_string(cfg->tools.loc.col) + ": tools";
 }
 
 /// Reads the template and renders the prompts known now (the datasets', or
@@ -154,8 +180,21 @@ std::vector<int64_t> TaskSource::targetTokens(const Problem &p,
   std::string_view expr = promptExpression(p.prompt);
   std::vector<int64_t> ids =
       tokenizer->encode(syntax.open + std::string(expr) + syntax.close, false);
-  std::vector<int64_t> reply = tokenizer->encode(
-      calculatorObservation(evaluateCalculator(expr), syntax), false);
+  std::vector<int64_t> reply;
+  if (toolCommand) {
+    // The program's own reply, as a rollout calling it would see it.
+    ToolAnswer answer;
+    try {
+      answer = toolCommand->call(expr, 1, promptText(p));
+    } catch (const std::exception &e) {
+      throw TrainError(toolField() + ": the SFT target of '" + p.id +
+                       "': " + e.what());
+    }
+    reply = toolAnswerTokens(*tokenizer, syntax, answer);
+  } else {
+    reply = tokenizer->encode(
+        calculatorObservation(evaluateCalculator(expr), syntax), false);
+  }
   obs.assign(ids.size(), 0);
   obs.resize(ids.size() + reply.size(), 1);
   ids.insert(ids.end(), reply.begin(), reply.end());
@@ -192,7 +231,9 @@ SamplingOptions TaskSource::samplingOptions(bool greedy) const {
   if (eosId >= 0)
     o.stopTokens = {eosId};
   o.padId = padId;
-  if (cfg->tools.enabled())
+  if (toolCommand)
+    o.tool = commandTool(*tokenizer, cfg->tools, *toolCommand, toolField());
+  else if (cfg->tools.enabled())
     o.tool = calculatorTool(*tokenizer, cfg->tools);
   return o;
 }

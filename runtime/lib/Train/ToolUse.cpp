@@ -4,6 +4,9 @@
 
 #include "cac/Runtime/Tasks/Calculator.h"
 
+#include <iostream>
+#include <memory>
+
 namespace cac::rt::train {
 
 namespace {
@@ -19,6 +22,25 @@ std::vector<int64_t> turnTokens(const GeneratedSequence &row) {
   return std::vector<int64_t>(row.tokens.begin() + start, row.tokens.end());
 }
 
+/// The call that \p row's last token closes, if any.
+std::optional<ClosedCall> closedCall(const Tokenizer &tok,
+                                     const ToolSyntax &syntax,
+                                     const GeneratedSequence &row) {
+  if (row.tokens.empty() || row.isObservation(row.tokens.size() - 1))
+    return std::nullopt;
+  // Only a token whose text holds the closing tag's last character can
+  // end a call: the common token costs one decode of one id.
+  if (decodeKnown(tok, {row.tokens.back()}).find(syntax.close.back()) ==
+      std::string::npos)
+    return std::nullopt;
+  std::vector<int64_t> turn = turnTokens(row);
+  std::string text = decodeKnown(tok, turn);
+  turn.pop_back();
+  return findClosedCall(text, decodeKnown(tok, turn).size(), syntax);
+}
+
+constexpr const char *kUnopened = "a closing tag without an opening one";
+
 } // namespace
 
 ToolHook calculatorTool(const Tokenizer &tokenizer, const ToolSpec &spec) {
@@ -27,18 +49,7 @@ ToolHook calculatorTool(const Tokenizer &tokenizer, const ToolSpec &spec) {
   int64_t maxTurns = spec.maxTurns;
   return [tok, syntax,
           maxTurns](const GeneratedSequence &row) -> std::optional<ToolReply> {
-    if (row.tokens.empty() || row.isObservation(row.tokens.size() - 1))
-      return std::nullopt;
-    // Only a token whose text holds the closing tag's last character can
-    // end a call: the common token costs one decode of one id.
-    if (decodeKnown(*tok, {row.tokens.back()}).find(syntax.close.back()) ==
-        std::string::npos)
-      return std::nullopt;
-    std::vector<int64_t> turn = turnTokens(row);
-    std::string text = decodeKnown(*tok, turn);
-    turn.pop_back();
-    std::optional<ClosedCall> call =
-        findClosedCall(text, decodeKnown(*tok, turn).size(), syntax);
+    std::optional<ClosedCall> call = closedCall(*tok, syntax, row);
     if (!call)
       return std::nullopt;
     ToolReply reply;
@@ -48,7 +59,7 @@ ToolHook calculatorTool(const Tokenizer &tokenizer, const ToolSpec &spec) {
     if (call->opened)
       result = evaluateCalculator(call->expression);
     else
-      result.error = "a closing tag without an opening one";
+      result.error = kUnopened;
     reply.ok = result.value.has_value();
     reply.observation =
         tok->encode(calculatorObservation(result, syntax), false);
@@ -56,14 +67,83 @@ ToolHook calculatorTool(const Tokenizer &tokenizer, const ToolSpec &spec) {
   };
 }
 
+std::vector<int64_t> toolAnswerTokens(const Tokenizer &tokenizer,
+                                      const ToolSyntax &syntax,
+                                      ToolAnswer &answer) {
+  try {
+    return tokenizer.encode(
+        syntax.resultOpen + answer.observation + syntax.resultClose, false);
+  } catch (const std::exception &) {
+    // A program that prints what a policy's call computed may print text
+    // the tokenizer cannot write: a failed call, not a failed run.
+    answer.ok = false;
+    answer.failure = "a reply the tokenizer cannot write";
+    answer.observation = ToolCommand::failureObservation(answer.failure);
+    return tokenizer.encode(
+        syntax.resultOpen + answer.observation + syntax.resultClose, false);
+  }
+}
+
+ToolHook commandTool(const Tokenizer &tokenizer, const ToolSpec &spec,
+                     ToolCommand &tool, std::string where) {
+  const Tokenizer *tok = &tokenizer;
+  ToolCommand *program = &tool;
+  ToolSyntax syntax = spec.syntax;
+  int64_t maxTurns = spec.maxTurns;
+  auto warned = std::make_shared<bool>(false);
+  return [tok, program, syntax, maxTurns, where,
+          warned](const GeneratedSequence &row) -> std::optional<ToolReply> {
+    std::optional<ClosedCall> call = closedCall(*tok, syntax, row);
+    if (!call)
+      return std::nullopt;
+    ToolReply reply;
+    if (row.toolCalls >= maxTurns)
+      return reply; // past the turn limit: not answered
+    ToolAnswer answer;
+    if (!call->opened) {
+      answer.observation = ToolCommand::failureObservation(kUnopened);
+    } else {
+      try {
+        answer = program->call(call->expression, row.toolCalls + 1,
+                               decodeKnown(*tok, row.prompt));
+      } catch (const std::exception &e) {
+        throw std::runtime_error(where + ": " + e.what());
+      }
+    }
+    reply.observation = toolAnswerTokens(*tok, syntax, answer);
+    reply.ok = answer.ok;
+    reply.failed = !answer.failure.empty();
+    // The first failed call of the run: a program that failed before has
+    // been started again since (a hook is made per sampling pass, so its
+    // own flag only covers the pass).
+    if (reply.failed && !*warned && program->restarts() == 0) {
+      *warned = true;
+      std::cerr << "cac-run: warning: " << where << ": tool command '"
+                << program->options().command << "' failed on a call ("
+                << answer.failure << "); the policy sees '"
+                << answer.observation
+                << "' and the program is started again for the next call; "
+                   "metric tool_failures counts such calls (this warning is "
+                   "printed once)\n";
+    }
+    return reply;
+  };
+}
+
 std::string checkToolTokens(const Tokenizer &tokenizer, const ToolSpec &spec) {
   const ToolSyntax &s = spec.syntax;
-  for (const std::string &text :
-       {s.open, s.close, s.resultOpen + "-0123456789error" + s.resultClose}) {
+  bool command = spec.kind == ToolSpec::Kind::Command;
+  std::string replies =
+      command ? s.resultOpen +
+                    ToolCommand::failureObservation("no reply within 1.5 s") +
+                    s.resultClose
+              : s.resultOpen + "-0123456789error" + s.resultClose;
+  for (const std::string &text : {s.open, s.close, replies}) {
     try {
       tokenizer.encode(text, false);
     } catch (const std::exception &e) {
-      return "the tokenizer cannot write the calculator's '" + text +
+      return std::string("the tokenizer cannot write the ") +
+             (command ? "tool command's" : "calculator's") + " '" + text +
              "': " + e.what();
     }
   }

@@ -287,7 +287,7 @@ bool parseSft(Checker &c, const Value &v, SftSpec &s);
 bool parseEval(Checker &c, const Value &v, EvalSpec &e);
 /// TrainFileChat.cpp.
 bool parseChat(Checker &c, const Value &v, ChatSpec &chat);
-/// `tools = calculator(..)` (TrainFileTools.cpp).
+/// `tools = calculator(..)` or `command(..)` (TrainFileTools.cpp).
 bool parseTools(Checker &c, const Value &v, ToolSpec &t);
 
 } // namespace cac::rt::train::schema

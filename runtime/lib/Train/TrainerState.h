@@ -20,6 +20,7 @@
 #include "cac/Runtime/Train/Metrics.h"
 #include "cac/Runtime/Train/ReplayBuffer.h"
 #include "cac/Runtime/Tasks/RewardCommand.h"
+#include "cac/Runtime/Tasks/ToolCommand.h"
 #include "cac/Runtime/Train/Trainer.h"
 #include "cac/Runtime/Tasks/TwoOperandTask.h"
 #include "cac/Runtime/Train/World.h"
@@ -51,6 +52,8 @@ struct TaskSource {
   std::optional<TwoOperandTask> twoOp;
   /// `reward = command(..)`: the program that scores completions.
   std::unique_ptr<RewardCommand> rewardCommand;
+  /// `tools = command(..)`: the program that answers tool calls.
+  std::unique_ptr<ToolCommand> toolCommand;
   /// gsm8k and jsonl: the files' problems.
   std::vector<Problem> dataTrain, dataEval;
   bool jsonlTask = false;
@@ -61,16 +64,16 @@ struct TaskSource {
   std::optional<ChatTemplate> chat;
   nlohmann::ordered_json chatVariables;
 
-  /// Loads the tokenizer, the problems and the reward command of \p config;
-  /// false after a diagnostic at a field of the file.
+  /// Loads the tokenizer, the problems and the reward and tool programs of
+  /// \p config; false after a diagnostic at a field of the file.
   bool load(const TrainConfig &config, DiagnosticEngine &diag);
 
   Problem trainProblem(uint64_t index) const;
   std::string promptText(const Problem &p) const;
   std::string targetText(const Problem &p) const;
   /// The SFT target's tokens and, per token, 1 for an observation token (not
-  /// trained): with the calculator on, an arithmetic task's solution is
-  /// the call of its prompt's expression and the calculator's reply
+  /// trained): with a tool on, an arithmetic task's solution is the call of
+  /// its prompt's expression and the tool's reply
   /// (`<calc>347*29</calc><r>10063</r>`); else targetText's tokens.
   std::vector<int64_t> targetTokens(const Problem &p,
                                     std::vector<uint8_t> &obs) const;
@@ -81,6 +84,9 @@ struct TaskSource {
 private:
   void checkDataset() const;
   bool loadChat(DiagnosticEngine &diag);
+  bool startTool(DiagnosticEngine &diag);
+  /// "FILE:LINE:COL: tools": where errors of the tool program point.
+  std::string toolField() const;
 };
 
 /// The estimator bundle and the compiled objective, and what they read and

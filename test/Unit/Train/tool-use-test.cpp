@@ -349,9 +349,211 @@ TEST(ToolsField, BadValuesAreErrorsAtTheField) {
             std::string::npos)
       << e;
   e = toolsErrors("search()");
-  EXPECT_NE(e.find("none or calculator("), std::string::npos) << e;
+  EXPECT_NE(e.find("none, calculator("), std::string::npos) << e;
+  EXPECT_NE(e.find(" or command(\"PROGRAM ARGS\""), std::string::npos) << e;
   e = toolsErrors("calculator(turns = 2)");
   EXPECT_NE(e.find("turns"), std::string::npos) << e;
+}
+
+TEST(ToolsField, ParsesAToolProgram) {
+  ToolSpec t;
+  EXPECT_EQ(toolsErrors("command(\"python3 tool.py\", timeout = 2.5, "
+                        "start_timeout = 30, max_bytes = 100, open = \"[\", "
+                        "close = \"]\")",
+                        &t),
+            "");
+  EXPECT_EQ(t.kind, ToolSpec::Kind::Command);
+  EXPECT_EQ(t.command, "python3 tool.py");
+  EXPECT_EQ(t.timeout, 2.5);
+  EXPECT_EQ(t.startTimeout, 30.0);
+  EXPECT_EQ(t.maxBytes, 100);
+  EXPECT_EQ(t.maxTurns, 3);
+  EXPECT_EQ(t.syntax.open, "[");
+  EXPECT_EQ(t.syntax.resultOpen, "<r>");
+  EXPECT_EQ(toolsErrors("calculator()", &t), "");
+  EXPECT_EQ(t.kind, ToolSpec::Kind::Calculator);
+}
+
+TEST(ToolsField, BadToolProgramsAreErrorsAtTheField) {
+  std::string e = toolsErrors("command()");
+  EXPECT_NE(e.find("t.cac:6:11: error: 'command' needs the argument 'cmd'"),
+            std::string::npos)
+      << e;
+  e = toolsErrors("command(\" \")");
+  EXPECT_NE(e.find("t.cac:6:19: error: the tool command is empty"),
+            std::string::npos)
+      << e;
+  e = toolsErrors("command(\"t\", timeout = 0)");
+  EXPECT_NE(e.find("'timeout' of 'command' must be in (0, 86400]"),
+            std::string::npos)
+      << e;
+  e = toolsErrors("command(\"t\", max_bytes = 0)");
+  EXPECT_NE(e.find("'max_bytes' of 'command' must be in [1, 16777216]"),
+            std::string::npos)
+      << e;
+  e = toolsErrors("command(\"t\", open = \"\")");
+  EXPECT_NE(e.find("the tool command's 'open' tag must not be empty"),
+            std::string::npos)
+      << e;
+  // The program's own arguments are not the calculator's.
+  e = toolsErrors("calculator(timeout = 2)");
+  EXPECT_NE(e.find("unknown argument 'timeout' of 'calculator'"),
+            std::string::npos)
+      << e;
+}
+
+//===--- A tool program as the hook ---------------------------------------===//
+
+class ToolProgramHook : public ::testing::Test {
+protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() /
+           ("cac-tool-program-" + std::to_string(getpid()) + "-" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+
+  /// A program that logs each request and replies `got CALL`, or hangs
+  /// (blocked reading) on a call holding `9`, writes nonsense on a call
+  /// holding `!`, exits on a call holding `x`.
+  std::unique_ptr<ToolCommand> program(double timeout = 10.0) {
+    ToolCommandOptions o;
+    o.command = "printf '{\"ready\": true}\\n'; while IFS= read -r l; do "
+                "printf '%s\\n' \"$l\" >>got.jsonl; "
+                "c=${l#*\\\"call\\\":\\\"}; c=${c%%\\\"*}; case $c in "
+                "*9*) cat >/dev/null;; *!*) echo nonsense;; *x*) exit 3;; "
+                "*) printf '{\"observation\": \"got %s\"}\\n' \"$c\";; "
+                "esac; done";
+    o.dir = dir_;
+    o.timeout = timeout;
+    return std::make_unique<ToolCommand>(o);
+  }
+  size_t requests() const {
+    std::ifstream in(dir_ / "got.jsonl");
+    size_t n = 0;
+    for (std::string line; std::getline(in, line);)
+      ++n;
+    return n;
+  }
+
+  fs::path dir_;
+};
+
+TEST_F(ToolProgramHook, TheProgramsObservationIsTheReply) {
+  CharTokenizer tok;
+  std::unique_ptr<ToolCommand> tool = program();
+  ToolSpec spec = bracketCalculator(2);
+  spec.kind = ToolSpec::Kind::Command;
+  ToolHook hook = commandTool(tok, spec, *tool, "t.cac:4:11: tools");
+  std::optional<ToolReply> r = hook(rowOf(tok, "12[12*7]"));
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(r->ok);
+  EXPECT_FALSE(r->failed);
+  EXPECT_EQ(tok.decode(r->observation), "=got 12*7");
+  EXPECT_EQ(requests(), 1u);
+  // No call closed: the program is not asked.
+  EXPECT_FALSE(hook(rowOf(tok, "[12*7")));
+  // A closing tag with no opening one, and a call past the turn limit, are
+  // answered without the program.
+  r = hook(rowOf(tok, "7]"));
+  ASSERT_TRUE(r);
+  EXPECT_FALSE(r->ok);
+  EXPECT_FALSE(r->failed);
+  EXPECT_EQ(tok.decode(r->observation),
+            "=[tool error: a closing tag without an opening one]");
+  GeneratedSequence past = rowOf(tok, "[1+1]");
+  past.toolCalls = 2;
+  r = hook(past);
+  ASSERT_TRUE(r);
+  EXPECT_TRUE(r->observation.empty());
+  EXPECT_EQ(requests(), 1u);
+  // The second call of a row is its turn 2, with the row's prompt.
+  GeneratedSequence second = rowOf(tok, "[1+1]=got 1+1[2+2]");
+  second.observation.assign(second.tokens.size(), 0);
+  std::fill(second.observation.begin() + 5, second.observation.begin() + 13, 1);
+  second.toolCalls = 1;
+  r = hook(second);
+  ASSERT_TRUE(r);
+  EXPECT_EQ(tok.decode(r->observation), "=got 2+2");
+  std::ifstream in(dir_ / "got.jsonl");
+  std::string line;
+  std::getline(in, line);
+  std::getline(in, line);
+  json req = json::parse(line);
+  EXPECT_EQ(req["call"], "2+2");
+  EXPECT_EQ(req["turn"], 2);
+  EXPECT_EQ(req["prompt"], "q");
+}
+
+TEST_F(ToolProgramHook, AHangingCallIsCutAtTheTimeoutAndCounted) {
+  CharTokenizer tok;
+  std::unique_ptr<ToolCommand> tool = program(0.5);
+  ToolSpec spec = bracketCalculator(2);
+  spec.kind = ToolSpec::Kind::Command;
+  ToolHook hook = commandTool(tok, spec, *tool, "t.cac:4:11: tools");
+  std::optional<ToolReply> r = hook(rowOf(tok, "[9*9]"));
+  ASSERT_TRUE(r);
+  EXPECT_FALSE(r->ok);
+  EXPECT_TRUE(r->failed);
+  EXPECT_EQ(tok.decode(r->observation), "=[tool error: no reply within 0.5 s]");
+  // The next call reaches a new program.
+  r = hook(rowOf(tok, "[1+1]"));
+  ASSERT_TRUE(r);
+  EXPECT_FALSE(r->failed);
+  EXPECT_EQ(tok.decode(r->observation), "=got 1+1");
+  EXPECT_EQ(tool->restarts(), 1u);
+}
+
+// Each sampling pass makes its own hook; the warning comes once a run.
+TEST_F(ToolProgramHook, TheFirstFailedCallOfARunIsReported) {
+  CharTokenizer tok;
+  std::unique_ptr<ToolCommand> tool = program();
+  ToolSpec spec = bracketCalculator(2);
+  spec.kind = ToolSpec::Kind::Command;
+  ToolHook first = commandTool(tok, spec, *tool, "t.cac:4:11: tools");
+  ToolHook second = commandTool(tok, spec, *tool, "t.cac:4:11: tools");
+  ::testing::internal::CaptureStderr();
+  std::optional<ToolReply> a = first(rowOf(tok, "[x]"));
+  std::optional<ToolReply> b = second(rowOf(tok, "[1x]"));
+  std::optional<ToolReply> c = first(rowOf(tok, "[2x]"));
+  std::string err = ::testing::internal::GetCapturedStderr();
+  for (const std::optional<ToolReply> &r : {a, b, c}) {
+    ASSERT_TRUE(r);
+    EXPECT_TRUE(r->failed);
+    EXPECT_EQ(tok.decode(r->observation),
+              "=[tool error: it exited with status 3]");
+  }
+  EXPECT_EQ(tool->restarts(), 2u);
+  size_t at = err.find("cac-run: warning: t.cac:4:11: tools: tool command '");
+  EXPECT_NE(at, std::string::npos) << err;
+  EXPECT_NE(err.find("failed on a call (it exited with status 3)"),
+            std::string::npos)
+      << err;
+  EXPECT_EQ(err.find("cac-run: warning:", at + 1), std::string::npos) << err;
+}
+
+TEST_F(ToolProgramHook, AProtocolBreakIsAnErrorNamingTheField) {
+  CharTokenizer tok;
+  std::unique_ptr<ToolCommand> tool = program();
+  ToolSpec spec = bracketCalculator(2);
+  spec.kind = ToolSpec::Kind::Command;
+  ToolHook hook = commandTool(tok, spec, *tool, "t.cac:4:11: tools");
+  try {
+    hook(rowOf(tok, "[1!]"));
+    ADD_FAILURE() << "no error";
+  } catch (const std::exception &e) {
+    EXPECT_NE(
+        std::string(e.what()).find("t.cac:4:11: tools: tool command 'printf"),
+        std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find(
+                  "answered 'nonsense' to call 1 ('1!'): expected one line "
+                  "of JSON per call"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 //===--- Training on the calculator task ----------------------------------===//
@@ -374,18 +576,24 @@ protected:
       fs::remove_all(dir_);
   }
 
-  /// Two-digit products with the calculator, a short SFT on its calls.
-  std::optional<TrainConfig> config(const std::string &estimator,
-                                    const std::string &extra,
-                                    std::string &errors) {
+  /// Two-digit products with the calculator (or the tool \p tools), a
+  /// short SFT on its calls.
+  std::optional<TrainConfig>
+  config(const std::string &estimator, const std::string &extra,
+         std::string &errors,
+         const std::string &tools = "calculator(max_turns = 2, open = "
+                                    "\"[\", close = \"]\", result_open = "
+                                    "\"=\", result_close = \"\")",
+         const std::string &eval = "greedy(every = 0, size = 8)") {
     std::string est = (fs::path(CAC_TEST_TRAIN_BUNDLES) / estimator).string();
     std::string src =
         "train tools {\n"
         "  model = builtin(\"custom\", hidden = 32, layers = 1, heads = 2, "
         "kv_heads = 1, ffn = 64, max_positions = 48)\n"
         "  task = arith(digits = 2, ops = \"*\")\n"
-        "  tools = calculator(max_turns = 2, open = \"[\", close = \"]\", "
-        "result_open = \"=\", result_close = \"\")\n"
+        "  tools = " +
+        tools +
+        "\n"
         "  estimator = bundle(\"" +
         est + "\")\n" + extra +
         "  rollout = group(n = 4, max_tokens = 16)\n"
@@ -393,7 +601,9 @@ protected:
         "  minibatches = 2\n"
         "  warm_start = sft(steps = 30, batch = 16, lr = 1e-2)\n"
         "  steps = 3\n"
-        "  eval = greedy(every = 0, size = 8)\n"
+        "  eval = " +
+        eval +
+        "\n"
         "  threads = 1\n"
         "  seed = 5\n"
         "  out = \"" +
@@ -412,6 +622,20 @@ protected:
     EXPECT_TRUE(t.prepare(diag)) << diag.render();
     t.run();
     return t.metrics();
+  }
+
+  /// The diagnostics of preparing \p cfg (empty: it prepares).
+  static std::string prepareErrors(const TrainConfig &cfg) {
+    TrainerOptions opts;
+    opts.progress = false;
+    opts.verbose = false;
+    Trainer t(cfg, opts);
+    std::ifstream in(cfg.file);
+    std::stringstream src;
+    src << in.rdbuf();
+    DiagnosticEngine diag(cfg.file.string(), src.str());
+    t.prepare(diag);
+    return diag.render();
   }
 
   /// The RL rows have finite metrics, the tool's among them; returns the
@@ -489,6 +713,88 @@ TEST_F(ToolTrainer, ToolsNeedTheGroupPlan) {
                         "group(..)); this file's plan is tree"),
             std::string::npos)
       << errors;
+}
+
+//===--- Training with a tool program -------------------------------------===//
+
+TEST_F(ToolTrainer, AToolProgramThatCannotStartIsAnErrorAtTheField) {
+  std::string errors;
+  auto cfg = config("grpo", "  critic = none\n", errors,
+                    "command(\"./no-such-tool\", open = \"[\", close = \"]\")");
+  ASSERT_TRUE(cfg) << errors;
+  std::string e = prepareErrors(*cfg);
+  EXPECT_NE(e.find((dir_ / "train.cac").string() +
+                   ":4:11: error: tool command './no-such-tool': it ended "
+                   "before its ready line: it exited with status 127"),
+            std::string::npos)
+      << e;
+}
+
+/// The tool-program metric of every RL row, which must be a finite
+/// fraction; returns their sum.
+double toolFailures(const std::vector<json> &rows) {
+  double sum = 0;
+  for (const json &r : rows) {
+    if (r["phase"] != "rl")
+      continue;
+    EXPECT_TRUE(r.contains("tool_failures") && r["tool_failures"].is_number())
+        << r;
+    double f = r.value("tool_failures", -1.0);
+    EXPECT_GE(f, 0.0) << r;
+    EXPECT_LE(f, 1.0) << r;
+    sum += f;
+  }
+  return sum;
+}
+
+// examples/tools/calc_tool.py answers the calls of the SFT targets and of
+// the rollouts; its observations are the rollouts' observation tokens.
+TEST_F(ToolTrainer, GrpoTrainsWithAToolProgram) {
+  if (!fs::exists("/usr/bin/python3"))
+    GTEST_SKIP() << "no /usr/bin/python3";
+  fs::path tool =
+      fs::path(CAC_TEST_SOURCE_DIR) / "examples" / "tools" / "calc_tool.py";
+  std::string errors;
+  auto cfg = config("grpo", "  critic = none\n", errors,
+                    "command(\"/usr/bin/python3 " + tool.string() +
+                        "\", timeout = 60, max_turns = 2, open = \"[\", "
+                        "close = \"]\", result_open = \"=\", result_close = "
+                        "\"\")");
+  ASSERT_TRUE(cfg) << errors;
+  std::vector<json> rows = run(*cfg);
+  EXPECT_GT(expectFiniteToolMetrics(rows), 0.0);
+  EXPECT_EQ(toolFailures(rows), 0.0);
+  std::ifstream csv(dir_ / "out" / "metrics.csv");
+  std::string header;
+  std::getline(csv, header);
+  EXPECT_NE(header.find(",turns,tool_accuracy,tool_failures,"),
+            std::string::npos)
+      << header;
+}
+
+// A program that blocks forever on the first call that is not its prompt's
+// expression (the SFT targets' calls are; no greedy evaluation calls it
+// first): the call, a rollout's, is cut at the timeout, the policy sees the
+// error, the program starts again and the step's tool_failures counts it.
+TEST_F(ToolTrainer, AHangingToolProgramIsCutAndCounted) {
+  std::string program =
+      "printf '{\\\"ready\\\": true}\\\\n'; while IFS= read -r l; do "
+      "c=${l#*\\\\\\\"call\\\\\\\":\\\\\\\"}; c=${c%%\\\\\\\"*}; "
+      "p=${l#*\\\\\\\"prompt\\\\\\\":\\\\\\\"}; p=${p%%\\\\\\\"*}; "
+      "if [ \\\"$c=\\\" != \\\"$p\\\" ] && [ ! -e hung ]; then touch hung; "
+      "cat >/dev/null; fi; echo '{\\\"observation\\\": \\\"1\\\"}'; done";
+  std::string errors;
+  auto cfg = config("grpo", "  critic = none\n", errors,
+                    "command(\"" + program +
+                        "\", timeout = 0.5, max_turns = 2, open = \"[\", "
+                        "close = \"]\", result_open = \"=\", result_close = "
+                        "\"\")",
+                    "none");
+  ASSERT_TRUE(cfg) << errors;
+  std::vector<json> rows = run(*cfg);
+  expectFiniteToolMetrics(rows);
+  EXPECT_TRUE(fs::exists(dir_ / "hung"));
+  EXPECT_GT(toolFailures(rows), 0.0);
 }
 
 } // namespace

@@ -469,7 +469,8 @@ TEST(TrainFile, Overrides) {
 TEST(TrainFile, ExamplesParse) {
   size_t count = 0;
   for (const char *folder :
-       {"/examples/arith", "/examples/reverse", "/examples/gsm8k"})
+       {"/examples/arith", "/examples/reverse", "/examples/gsm8k",
+        "/examples/tools"})
     for (const auto &entry : std::filesystem::directory_iterator(
              std::string(CAC_TEST_SOURCE_DIR) + folder)) {
       if (entry.path().extension() != ".cac")
@@ -481,6 +482,19 @@ TEST(TrainFile, ExamplesParse) {
       EXPECT_EQ(errors, "");
       EXPECT_TRUE(std::filesystem::exists(cfg->estimator.path))
           << cfg->estimator.path;
+      // examples/gsm8k/train.cac reads what the user provides (its README):
+      // a Qwen2.5 folder and GSM8K's own files. It parses, and names them.
+      if (entry.path().parent_path().filename() == "gsm8k" &&
+          entry.path().filename() == "train.cac") {
+        fs::path dir = entry.path().parent_path();
+        EXPECT_EQ(cfg->model.kind, ModelSpec::Kind::HuggingFace);
+        EXPECT_EQ(cfg->model.path, dir / "models/Qwen2.5-0.5B-Instruct");
+        EXPECT_EQ(cfg->task.trainPath, dir / "data/train.jsonl");
+        EXPECT_EQ(cfg->task.evalPath, dir / "data/test.jsonl");
+        EXPECT_TRUE(cfg->chat.enabled);
+        EXPECT_EQ(cfg->rolloutDtype, "bfloat16");
+        continue;
+      }
       if (cfg->task.kind == TaskSpec::Kind::Jsonl ||
           cfg->task.kind == TaskSpec::Kind::Gsm8k) {
         EXPECT_TRUE(std::filesystem::exists(cfg->task.trainPath))
@@ -489,7 +503,7 @@ TEST(TrainFile, ExamplesParse) {
             << cfg->task.evalPath;
       }
     }
-  EXPECT_GE(count, 19u);
+  EXPECT_GE(count, 23u);
   std::string errors;
   EXPECT_FALSE(loadTrainFile("/nonexistent/train.cac", errors));
   EXPECT_EQ(errors,

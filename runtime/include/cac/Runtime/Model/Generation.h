@@ -56,6 +56,9 @@ struct ToolReply {
   std::vector<int64_t> observation;
   /// Whether the call parsed and evaluated.
   bool ok = false;
+  /// Whether the tool itself failed on the call (a tool program that timed
+  /// out, exited or wrote too much; the observation says so).
+  bool failed = false;
 };
 
 /// Called after every token an unfinished row samples: a reply when that
@@ -117,8 +120,9 @@ struct GeneratedSequence {
   /// and entropy are 0); empty while the row has none.
   std::vector<uint8_t> observation;
   /// Tool calls the row closed, the ones answered with an observation (its
-  /// turns) and the ones that parsed and evaluated.
-  int64_t toolCalls = 0, toolTurns = 0, toolOk = 0;
+  /// turns), the ones that parsed and evaluated, and the ones the tool
+  /// itself failed on (ToolReply::failed).
+  int64_t toolCalls = 0, toolTurns = 0, toolOk = 0, toolFailed = 0;
 
   bool finished() const { return finish != FinishReason::None; }
   /// Whether token \p t is an observation token.

@@ -19,10 +19,11 @@
 #ifndef CAC_RUNTIME_TASKS_REWARDCOMMAND_H
 #define CAC_RUNTIME_TASKS_REWARDCOMMAND_H
 
-#include <sys/types.h>
+#include "cac/Runtime/Support/LineProcess.h"
 
 #include <cstdint>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -35,7 +36,7 @@ public:
   RewardCommand(std::string command, const std::filesystem::path &dir,
                 double timeoutSeconds);
   /// Closes the program's input and waits for it (killing it after a few
-  /// seconds if it does not exit).
+  /// seconds if it does not exit, or at once after a failure).
   ~RewardCommand();
   RewardCommand(const RewardCommand &) = delete;
   RewardCommand &operator=(const RewardCommand &) = delete;
@@ -57,13 +58,10 @@ private:
   /// Fails if the program wrote more after its last answer.
   void checkNoStrayOutput();
   [[noreturn]] void fail(const std::string &what);
-  std::string exitStatus();
 
   std::string command_;
   double timeout_;
-  pid_t pid_ = -1;
-  int toChild_ = -1, fromChild_ = -1;
-  std::string pending_; // read past the last answer's line
+  std::unique_ptr<LineProcess> process_;
   std::string lastWhich_; // the last completion sent, for errors
   uint64_t scored_ = 0;
   bool failed_ = false;

@@ -48,9 +48,9 @@ struct Rollout {
   bool correct = false;
   /// The prompt's index in the step (the GRPO group).
   int64_t group = 0;
-  /// Tool calls closed, answered (turns) and that evaluated
-  /// (GeneratedSequence).
-  int64_t toolCalls = 0, toolTurns = 0, toolOk = 0;
+  /// Tool calls closed, answered (turns), that evaluated, and that the tool
+  /// failed on (GeneratedSequence).
+  int64_t toolCalls = 0, toolTurns = 0, toolOk = 0, toolFailed = 0;
 
   /// Whether response token \p t is an observation token.
   bool isObs(size_t t) const { return t < obs.size() && obs[t] != 0; }

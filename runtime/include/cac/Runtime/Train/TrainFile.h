@@ -217,12 +217,22 @@ struct RewardSpec {
 
 /// `tools = calculator(max_turns = 3, open = "<calc>", close = "</calc>",
 /// result_open = "<r>", result_close = "</r>")`: rollouts may call the
-/// calculator; its replies are observation tokens (docs/training.md, "Tool
-/// use").
+/// calculator; `tools = command("PROGRAM ARGS", timeout = 10, start_timeout
+/// = 60, max_bytes = 65536, ..)` (the same tags): a program of the user's
+/// answers the calls (ToolCommand.h). The replies are observation tokens
+/// (docs/training.md, "Tool use").
 struct ToolSpec {
+  enum class Kind { Calculator, Command };
+  Kind kind = Kind::Calculator;
   /// Calls answered per rollout (0: no tool).
   int64_t maxTurns = 0;
   ToolSyntax syntax;
+  /// command(..): the program's command line, the seconds to wait for a
+  /// reply and for the program's ready line, and the bytes a reply may
+  /// hold.
+  std::string command;
+  double timeout = 10.0, startTimeout = 60.0;
+  int64_t maxBytes = 65536;
   SourceLoc loc;
 
   bool enabled() const { return maxTurns > 0; }
