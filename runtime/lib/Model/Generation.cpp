@@ -93,6 +93,38 @@ void sampleSiblingsWithoutReplacement(const at::Tensor &p,
   tokens = tc.to(tokens.device());
 }
 
+/// Candidates of the first nucleus search; most nuclei of a trained model's
+/// next-token distributions hold fewer tokens.
+constexpr int64_t kFirstCandidates = 1024;
+
+/// Top-p of \p p [B, V] (probabilities): the most likely tokens in
+/// descending order of probability with their mass zeroed from the first
+/// token whose preceding mass reaches \p topP, as [B, N] probabilities and
+/// token ids. Only the top N tokens are ordered: N starts at
+/// kFirstCandidates and grows until every row's candidates end in a token
+/// that is cut or has no mass (everything after it is then cut or massless
+/// too), so a peaked distribution costs a top-k, not a sort of the
+/// vocabulary. The prefix sums are those of the full sort (a sequential
+/// scan), so the kept mass and the draw match it token for token; tokens of
+/// equal probability may come in another order.
+std::pair<at::Tensor, at::Tensor> nucleus(const at::Tensor &p, double topP) {
+  const int64_t V = p.size(1);
+  for (int64_t n = std::min(V, kFirstCandidates);; n = std::min(V, n * 8)) {
+    if (n * 4 > V) // a selection that large costs about a sort
+      n = V;
+    auto [sp, order] = n == V ? p.sort(-1, /*descending=*/true)
+                              : p.topk(n, -1, /*largest=*/true,
+                                       /*sorted=*/true);
+    at::Tensor cut = (sp.cumsum(-1) - sp) >= topP; // mass strictly before
+    bool inside = n == V || (cut.select(-1, n - 1) |
+                             (sp.select(-1, n - 1) <= 0))
+                                .all()
+                                .item<bool>();
+    if (inside)
+      return {sp.masked_fill(cut, 0.0), order};
+  }
+}
+
 /// sampleTokens with the uniforms drawn by \p draw(B) ([B, 1] float, CPU),
 /// called only when a row is sampled (not greedy, B > 0).
 SampledTokens sampleTokensWith(const at::Tensor &logitsIn,
@@ -124,28 +156,23 @@ SampledTokens sampleTokensWith(const at::Tensor &logitsIn,
     }
     at::Tensor p = filtered.exp();
     at::Tensor order;
-    if (options.topP < 1.0) {
-      auto sorted = p.sort(-1, /*descending=*/true);
-      at::Tensor sp = std::get<0>(sorted);
-      order = std::get<1>(sorted);
-      at::Tensor before = sp.cumsum(-1) - sp; // mass strictly before each
-      sp = sp.masked_fill(before >= options.topP, 0.0);
-      p = sp; // in sorted order from here on
-    }
+    if (options.topP < 1.0) // p in descending order from here on
+      std::tie(p, order) = nucleus(p, options.topP);
     // Inverse-CDF sampling with one CPU uniform per row: deterministic from
     // the generator on any device.
+    const int64_t N = p.size(1);
     at::Tensor u = draw(B).to(p.device());
     at::Tensor cdf = p.cumsum(-1);
-    at::Tensor target = u * cdf.narrow(-1, V - 1, 1);
+    at::Tensor target = u * cdf.narrow(-1, N - 1, 1);
     at::Tensor idx = at::searchsorted(cdf, target, /*out_int32=*/false,
                                       /*right=*/true)
-                         .clamp_max(V - 1);
+                         .clamp_max(N - 1);
     // A zero-probability index can only come from rounding at the very end
     // of the CDF; step back to the last token with mass.
     at::Tensor pickedP = p.gather(-1, idx);
     if ((pickedP <= 0).any().item<bool>()) {
       at::Tensor lastPos =
-          (at::arange(V, p.options().dtype(at::kLong)).unsqueeze(0) *
+          (at::arange(N, p.options().dtype(at::kLong)).unsqueeze(0) *
            (p > 0).to(at::kLong))
               .argmax(-1, /*keepdim=*/true);
       idx = at::where(pickedP > 0, idx, lastPos);

@@ -166,6 +166,56 @@ TEST(Sampling, SiblingsDrawWithoutReplacement) {
                         sampleTokens(three, k2, g2).tokens));
 }
 
+namespace {
+
+/// Top-p by a sort of the whole vocabulary (what sampleTokens did before it
+/// searched the nucleus among the top tokens): the token drawn by
+/// inverse CDF with \p u [B] from the kept mass of \p logits [B, V].
+at::Tensor topPBySort(const at::Tensor &logits, const SamplingOptions &o,
+                      const at::Tensor &u) {
+  at::Tensor logp = at::log_softmax(logits / o.temperature, -1);
+  if (o.topK > 0) {
+    at::Tensor kth = std::get<0>(logp.topk(o.topK, -1)).narrow(-1, o.topK - 1, 1);
+    logp = logp.masked_fill(logp < kth, -INFINITY);
+  }
+  auto [sp, order] = logp.exp().sort(-1, /*descending=*/true);
+  sp = sp.masked_fill(sp.cumsum(-1) - sp >= o.topP, 0.0);
+  at::Tensor cdf = sp.cumsum(-1);
+  at::Tensor target = u.view({-1, 1}) * cdf.narrow(-1, cdf.size(1) - 1, 1);
+  at::Tensor idx = at::searchsorted(cdf, target, false, /*right=*/true)
+                       .clamp_max(cdf.size(1) - 1);
+  return order.gather(-1, idx).squeeze(-1);
+}
+
+} // namespace
+
+TEST(Sampling, TopPDrawsWhatAFullSortDraws) {
+  // Vocabulary 6000: peaked rows (scale 8) keep their nucleus within the
+  // first candidates, flat ones (scale 1) make the search grow to a sort.
+  const int64_t B = 48, V = 6000;
+  at::Generator gen = makeGenerator(17);
+  for (double scale : {1.0, 4.0, 8.0})
+    for (double topP : {0.3, 0.9, 0.97})
+      for (int64_t topK : {0, 40, 3000}) {
+        SCOPED_TRACE("scale " + std::to_string(scale) + ", top_p " +
+                     std::to_string(topP) + ", top_k " + std::to_string(topK));
+        at::Tensor logits = at::randn({B, V}, gen) * scale;
+        at::Tensor u = at::rand({B}, gen);
+        SamplingOptions o = opts(1.0);
+        o.topP = topP;
+        o.topK = topK;
+        SampledTokens s = sampleTokens(logits, o, u);
+        EXPECT_TRUE(at::equal(s.tokens, topPBySort(logits, o, u)));
+      }
+  // A token of probability ~0.99 is the whole nucleus of top_p = 0.9.
+  at::Tensor logits = at::randn({B, V}, gen);
+  logits.select(1, 4321).fill_(30.0);
+  SamplingOptions o = opts(1.0);
+  o.topP = 0.9;
+  SampledTokens s = sampleTokens(logits, o, gen);
+  EXPECT_TRUE(at::equal(s.tokens, at::full({B}, 4321, at::kLong)));
+}
+
 TEST(Generation, GreedyIsDeterministicAndCacheIndependent) {
   TransformerLM m = tinyModel(tinyConfig(), 31);
   auto a = run(m, kPrompts, opts(0.0), 1);
