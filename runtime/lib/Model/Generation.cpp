@@ -5,8 +5,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
-#include <map>
+#include <cmath>
 #include <limits>
+#include <map>
 #include <stdexcept>
 
 namespace cac::rt {
@@ -109,19 +110,26 @@ constexpr int64_t kFirstCandidates = 1024;
 /// equal probability may come in another order.
 std::pair<at::Tensor, at::Tensor> nucleus(const at::Tensor &p, double topP) {
   const int64_t V = p.size(1);
-  for (int64_t n = std::min(V, kFirstCandidates);; n = std::min(V, n * 8)) {
+  for (int64_t n = std::min(V, kFirstCandidates);;) {
     if (n * 4 > V) // a selection that large costs about a sort
       n = V;
     auto [sp, order] = n == V ? p.sort(-1, /*descending=*/true)
                               : p.topk(n, -1, /*largest=*/true,
                                        /*sorted=*/true);
-    at::Tensor cut = (sp.cumsum(-1) - sp) >= topP; // mass strictly before
-    bool inside = n == V || (cut.select(-1, n - 1) |
-                             (sp.select(-1, n - 1) <= 0))
-                                .all()
-                                .item<bool>();
-    if (inside)
+    at::Tensor cdf = sp.cumsum(-1);
+    at::Tensor cut = (cdf - sp) >= topP; // mass strictly before each
+    at::Tensor last = sp.select(-1, n - 1);
+    at::Tensor open = cut.select(-1, n - 1).logical_not() & (last > 0);
+    if (n == V || !open.any().item<bool>())
       return {sp.masked_fill(cut, 0.0), order};
+    // A row still open needs at least (topP - its mass) / its smallest
+    // candidate more tokens (later ones are no more likely): a flat row
+    // goes to the sort at once instead of through every size.
+    at::Tensor more = ((topP - cdf.select(-1, n - 1)) / last)
+                          .masked_fill(open.logical_not(), 0.0)
+                          .clamp(0.0, static_cast<double>(V));
+    n = std::min(V, std::max(n * 8, n + static_cast<int64_t>(std::ceil(
+                                            more.max().item<double>()))));
   }
 }
 
