@@ -1,7 +1,8 @@
 //===- BenchGeneration.h - cac-bench-generation's cases ---------*- C++ -*-===//
 //
 // The options of cac-bench-generation and its cases beside the generation
-// table: per-token sampling time at a real vocabulary (SamplingCase.cpp).
+// table: per-token sampling time at a real vocabulary (SamplingCase.cpp) and
+// a tree rollout plan against its flattened paths (TreePlanCase.cpp).
 //
 //===----------------------------------------------------------------------===//
 
@@ -32,6 +33,9 @@ struct Options {
   std::string json;
   /// The sampling case: vocabulary and rows per call.
   int64_t vocab = 151936, rows = 64;
+  /// The tree case: branch factors per depth and tokens per segment.
+  std::vector<int64_t> branches = {4, 4, 4};
+  int64_t segLen = 8;
 };
 
 /// The model of \p name (tiny, small, medium or a public architecture),
@@ -45,6 +49,9 @@ void sync(const at::Device &device);
 /// Prints the sampling table: microseconds per sampled token of
 /// rt::sampleTokens on [rows, vocab] logits, per truncation.
 void benchSampling(const Options &o, const at::Device &device);
+/// Prints the tree-plan table: a tree rollout plan sampled with forks
+/// against its paths sampled as independent rows, for every model.
+void benchTreePlan(const Options &o, const at::Device &device);
 
 } // namespace cac::bench::gen
 

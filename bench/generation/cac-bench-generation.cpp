@@ -1,16 +1,19 @@
 //===- cac-bench-generation.cpp - Generation with and without KV cache ----===//
 //
-// cac-bench-generation [--cases gen,sampling]
+// cac-bench-generation [--cases gen,sampling,tree]
 //                      [--models tiny,small,medium] [--prompts 64]
 //                      [--samples 8] [--prompt-len 12] [--new 24,128]
 //                      [--threads N] [--iters K] [--no-uncached]
 //                      [--device cpu|cuda|cuda:N] [--dtype float32|bf16]
 //                      [--layers N] [--json FILE] [--vocab 151936]
-//                      [--rows 64]
+//                      [--rows 64] [--branches 4,4,4] [--seg-len 8]
 //
-// --cases picks the tables: `gen` (the default, below) and `sampling`
+// --cases picks the tables: `gen` (the default, below), `sampling`
 // (SamplingCase.cpp: microseconds per sampled token of --rows rows over a
-// vocabulary of --vocab ids, per top-p/top-k truncation).
+// vocabulary of --vocab ids, per top-p/top-k truncation) and `tree`
+// (TreePlanCase.cpp: a tree plan of --branches and --seg-len from --prompts
+// prompts against its paths as independent rows: computed tokens, KV cache
+// memory and time, for every model of --models).
 //
 // Times batched sampling (cac::rt::generate, what cac-run's rollouts call)
 // of randomly initialized models of the built-in shapes, with the KV cache
@@ -140,12 +143,13 @@ namespace {
 
 [[noreturn]] void usage() {
   std::fprintf(stderr,
-               "usage: cac-bench-generation [--cases gen,sampling] "
+               "usage: cac-bench-generation [--cases gen,sampling,tree] "
                "[--models tiny,small,medium] "
                "[--prompts N] [--samples N] [--prompt-len N] [--new N,M] "
                "[--threads N] [--iters K] [--no-uncached] "
                "[--device cpu|cuda|cuda:N] [--dtype float32|bf16] "
-               "[--layers N] [--json FILE] [--vocab N] [--rows N]\n");
+               "[--layers N] [--json FILE] [--vocab N] [--rows N] "
+               "[--branches B1,B2,..] [--seg-len N]\n");
   std::exit(2);
 }
 
@@ -170,7 +174,7 @@ Options parseOptions(int argc, char **argv) {
     if (a == "--cases") {
       o.cases = split(next(), ',');
       for (const std::string &c : o.cases)
-        if (c != "gen" && c != "sampling")
+        if (c != "gen" && c != "sampling" && c != "tree")
           usage();
     } else if (a == "--models")
       o.models = split(next(), ',');
@@ -200,6 +204,14 @@ Options parseOptions(int argc, char **argv) {
       o.vocab = positive(next());
     else if (a == "--rows")
       o.rows = positive(next());
+    else if (a == "--branches") {
+      o.branches.clear();
+      for (const std::string &b : split(next(), ','))
+        o.branches.push_back(positive(b));
+      if (o.branches.empty())
+        usage();
+    } else if (a == "--seg-len")
+      o.segLen = positive(next());
     else if (a == "--dtype") {
       try {
         o.dtype = parseModelDtype(next());
@@ -369,6 +381,8 @@ int main(int argc, char **argv) {
   }
   if (wants("sampling"))
     benchSampling(o, *device);
+  if (wants("tree"))
+    benchTreePlan(o, *device);
   if (json)
     std::fclose(json);
   return 0;

@@ -323,10 +323,22 @@ void Decoder::prefillAll() {
   auto dev = model_->device();
   PackedRows p = packRows(live, options_.padId, dev);
   cache_.reserve(p.ids.size(1) + remaining);
+  int64_t tokens = 0;
+  for (size_t i = 0; i < live.size(); ++i)
+    tokens +=
+        static_cast<int64_t>(live[i]->prompt.size() + live[i]->tokens.size()) +
+        tokensToFeed(*live[i]);
+  cache_.reserveTokens(tokens);
   at::Tensor h = model_->forwardHidden(p.ids, p.mask, &cache_);
   at::Tensor hLast = h.index({at::arange(p.ids.size(0), p.last.options()),
                               p.last});
   nextLogits_ = model_->lmHead(hLast).to(at::kFloat);
+}
+
+int64_t Decoder::tokensToFeed(const GeneratedSequence &row) const {
+  // Of the tokens a row has left, all but the last are fed back.
+  return std::max<int64_t>(0, options_.maxNewTokens -
+                                  static_cast<int64_t>(row.tokens.size()) - 1);
 }
 
 at::Tensor Decoder::logitsFor(const std::vector<int64_t> &rows) {
@@ -645,6 +657,10 @@ Decoder Decoder::fork(const std::vector<int64_t> &rows) const {
   }
   if (!cacheIdx.empty()) {
     d.cache_ = cache_.select(cacheIdx, remaining);
+    int64_t tokens = 0;
+    for (const GeneratedSequence &s : d.rows_)
+      tokens += s.finished() ? 0 : tokensToFeed(s);
+    d.cache_.reserveTokens(tokens);
     d.nextLogits_ = nextLogits_.index_select(
         0, at::tensor(cacheIdx, at::kLong).to(nextLogits_.device()));
   }
@@ -722,6 +738,10 @@ Decoder Decoder::forkAt(const std::vector<int64_t> &rows,
   if (src.empty())
     return d;
   d.cache_ = cache_.selectPrefix(src, keep, remaining + 1);
+  int64_t tokens = 0; // the re-fed tokens and what the rows feed after them
+  for (const GeneratedSequence &s : d.rows_)
+    tokens += s.finished() ? 0 : 1 + tokensToFeed(s);
+  d.cache_.reserveTokens(tokens);
   auto dev = model_->device();
   int64_t B = static_cast<int64_t>(feed.size());
   at::Tensor ids = at::tensor(feed, at::kLong).view({B, 1}).to(dev);

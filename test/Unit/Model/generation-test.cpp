@@ -432,6 +432,77 @@ TEST(Generation, ForkSharesThePrefix) {
   EXPECT_ERROR([&] { base.fork({3}); }, {"row 3", "out of range"});
 }
 
+namespace {
+
+/// A tree plan of branches {2, 3} and segments of 3 tokens from \p prompts
+/// (9 new tokens per path), each node drawing from its own uniforms; returns
+/// the leaves' decoder (the other decoders are alive while it runs, as in
+/// the rollout plans) and the bytes of its KV cache through \p kvBytes.
+std::vector<GeneratedSequence> treePlan(TransformerLM m, const Prompts &prompts,
+                                        bool cache, int64_t *storedTokens,
+                                        int64_t *allocatedBytes,
+                                        int64_t *bytesPerToken) {
+  SamplingOptions o = opts(1.0, 9);
+  o.useCache = cache;
+  auto uniforms = [](int64_t node) {
+    return [node](int64_t row, int64_t t) {
+      uint64_t h = static_cast<uint64_t>(node * 1000 + row * 50 + t + 1) *
+                   0x9E3779B97F4A7C15ull;
+      return static_cast<float>((h >> 40) & 0xFFFFFF) / 16777216.0f;
+    };
+  };
+  Decoder root(m, o);
+  root.start(prompts);
+  Decoder depth1 = root.fork({0, 0, 1, 1});
+  depth1.run(uniforms(1), 3);
+  Decoder leaves = depth1.fork({0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3});
+  leaves.run(uniforms(2));
+  *storedTokens = leaves.cache().storedTokens();
+  *allocatedBytes = leaves.cache().memoryBytes();
+  *bytesPerToken = leaves.cache().bytesPerToken();
+  return leaves.sequences();
+}
+
+} // namespace
+
+TEST(Generation, TreePlanSharesPrefixesAndMatchesARecomputation) {
+  TransformerLM m = tinyModel(tinyConfig(), 47);
+  const Prompts prompts = {{1, 5, 9, 4}, {2, 7}};
+  int64_t stored = 0, allocated = 0, perToken = 0, unused = 0;
+  std::vector<GeneratedSequence> shared =
+      treePlan(m, prompts, true, &stored, &allocated, &perToken);
+  std::vector<GeneratedSequence> recomputed =
+      treePlan(m, prompts, false, &unused, &unused, &unused);
+  ASSERT_EQ(shared.size(), 12u);
+  for (size_t r = 0; r < shared.size(); ++r) {
+    SCOPED_TRACE("path " + std::to_string(r));
+    ASSERT_EQ(shared[r].tokens.size(), 9u);
+    EXPECT_EQ(shared[r].tokens, recomputed[r].tokens);
+    for (size_t t = 0; t < 9; ++t)
+      EXPECT_NEAR(shared[r].logprobs[t], recomputed[r].logprobs[t], 1e-5);
+    // Paths of one depth-1 node share its three tokens.
+    EXPECT_EQ(std::vector<int64_t>(shared[r].tokens.begin(),
+                                   shared[r].tokens.begin() + 3),
+              std::vector<int64_t>(shared[r / 3 * 3].tokens.begin(),
+                                   shared[r / 3 * 3].tokens.begin() + 3));
+  }
+  // The cache holds the tree's distinct tokens: the prompts (6), the four
+  // depth-1 segments (3 tokens each) and the twelve leaves' 6 tokens but
+  // the last (never fed back), not the paths' 12 x (prompt + 8).
+  EXPECT_EQ(stored, 6 + 4 * 3 + 12 * 5);
+  // Each fork reserved exactly what its rows feed, plus the padding slot.
+  EXPECT_EQ(allocated, (stored + 1) * perToken);
+  // The same twelve paths as independent rows store every path's prefix.
+  Prompts paths;
+  for (const GeneratedSequence &g : shared)
+    paths.push_back(g.prompt);
+  Decoder flat(m, opts(1.0, 9));
+  flat.start(paths);
+  at::Generator gen = makeGenerator(3);
+  flat.run(gen);
+  EXPECT_EQ(flat.cache().storedTokens(), 6 * 6 + 12 * 8);
+}
+
 TEST(Generation, ForkAtAnEarlierToken) {
   TransformerLM m = tinyModel(tinyConfig(), 45);
   for (bool useCache : {true, false}) {
