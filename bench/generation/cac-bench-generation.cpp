@@ -1,10 +1,19 @@
 //===- cac-bench-generation.cpp - Generation with and without KV cache ----===//
 //
-// cac-bench-generation [--models tiny,small,medium] [--prompts 64]
+// cac-bench-generation [--cases gen,sampling,tree]
+//                      [--models tiny,small,medium] [--prompts 64]
 //                      [--samples 8] [--prompt-len 12] [--new 24,128]
 //                      [--threads N] [--iters K] [--no-uncached]
 //                      [--device cpu|cuda|cuda:N] [--dtype float32|bf16]
-//                      [--layers N] [--json FILE]
+//                      [--layers N] [--json FILE] [--vocab 151936]
+//                      [--rows 64] [--branches 4,4,4] [--seg-len 8]
+//
+// --cases picks the tables: `gen` (the default, below), `sampling`
+// (SamplingCase.cpp: microseconds per sampled token of --rows rows over a
+// vocabulary of --vocab ids, per top-p/top-k truncation) and `tree`
+// (TreePlanCase.cpp: a tree plan of --branches and --seg-len from --prompts
+// prompts against its paths as independent rows: computed tokens, KV cache
+// memory and time, for every model of --models).
 //
 // Times batched sampling (cac::rt::generate, what cac-run's rollouts call)
 // of randomly initialized models of the built-in shapes, with the KV cache
@@ -41,6 +50,8 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "BenchGeneration.h"
+
 #include "../common/BenchCommon.h"
 #include "cac/Runtime/Model/Architectures.h"
 #include "cac/Runtime/Model/Config.h"
@@ -65,8 +76,9 @@
 
 using namespace cac::rt;
 using cac::bench::split;
+using cac::bench::gen::Options;
 
-namespace {
+namespace cac::bench::gen {
 
 /// The model shapes of the table (see the file comment).
 ModelConfig modelConfig(const std::string &name, int64_t layers) {
@@ -105,8 +117,6 @@ ModelConfig modelConfig(const std::string &name, int64_t layers) {
   return c;
 }
 
-/// Median wall time of `fn` in seconds over `iters` runs (after one warm-up
-/// run).
 double medianSeconds(int iters, const std::function<void()> &fn) {
   fn();
   std::vector<double> s;
@@ -120,13 +130,26 @@ double medianSeconds(int iters, const std::function<void()> &fn) {
   return s[s.size() / 2];
 }
 
+void sync(const at::Device &device) {
+  if (device.is_cuda())
+    torch::cuda::synchronize(device.index());
+}
+
+} // namespace cac::bench::gen
+
+using namespace cac::bench::gen;
+
+namespace {
+
 [[noreturn]] void usage() {
   std::fprintf(stderr,
-               "usage: cac-bench-generation [--models tiny,small,medium] "
+               "usage: cac-bench-generation [--cases gen,sampling,tree] "
+               "[--models tiny,small,medium] "
                "[--prompts N] [--samples N] [--prompt-len N] [--new N,M] "
                "[--threads N] [--iters K] [--no-uncached] "
                "[--device cpu|cuda|cuda:N] [--dtype float32|bf16] "
-               "[--layers N] [--json FILE]\n");
+               "[--layers N] [--json FILE] [--vocab N] [--rows N] "
+               "[--branches B1,B2,..] [--seg-len N]\n");
   std::exit(2);
 }
 
@@ -138,20 +161,9 @@ int64_t positive(const std::string &s) {
   return v;
 }
 
-struct Options {
-  std::vector<std::string> models = {"tiny", "small", "medium"};
-  std::vector<int64_t> newTokens = {24, 128};
-  int64_t prompts = 64, samples = 8, promptLen = 12, layers = 0;
-  int threads = static_cast<int>(std::thread::hardware_concurrency());
-  int iters = 3;
-  bool uncached = true;
-  std::string deviceName = "cpu";
-  at::ScalarType dtype = at::kFloat;
-  std::string json;
-};
-
 Options parseOptions(int argc, char **argv) {
   Options o;
+  o.threads = static_cast<int>(std::thread::hardware_concurrency());
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -159,7 +171,12 @@ Options parseOptions(int argc, char **argv) {
         usage();
       return argv[++i];
     };
-    if (a == "--models")
+    if (a == "--cases") {
+      o.cases = split(next(), ',');
+      for (const std::string &c : o.cases)
+        if (c != "gen" && c != "sampling" && c != "tree")
+          usage();
+    } else if (a == "--models")
       o.models = split(next(), ',');
     else if (a == "--prompts")
       o.prompts = positive(next());
@@ -183,6 +200,18 @@ Options parseOptions(int argc, char **argv) {
       o.layers = positive(next());
     else if (a == "--json")
       o.json = next();
+    else if (a == "--vocab")
+      o.vocab = positive(next());
+    else if (a == "--rows")
+      o.rows = positive(next());
+    else if (a == "--branches") {
+      o.branches.clear();
+      for (const std::string &b : split(next(), ','))
+        o.branches.push_back(positive(b));
+      if (o.branches.empty())
+        usage();
+    } else if (a == "--seg-len")
+      o.segLen = positive(next());
     else if (a == "--dtype") {
       try {
         o.dtype = parseModelDtype(next());
@@ -194,13 +223,6 @@ Options parseOptions(int argc, char **argv) {
       usage();
   }
   return o;
-}
-
-/// Waits for the device's queued work (a GPU's kernels run after their
-/// launch returns).
-void sync(const at::Device &device) {
-  if (device.is_cuda())
-    torch::cuda::synchronize(device.index());
 }
 
 /// The largest difference of the last prompt token's logits between fused
@@ -332,26 +354,35 @@ int main(int argc, char **argv) {
   setCpuThreads(std::max(o.threads, 1), /*blas=*/false);
   torch::NoGradGuard noGrad;
 
-  std::printf("%lld prompts x %lld samples, prompt %lld tokens, device %s, "
-              "%d CPU threads, %s attention, median of %d after a "
-              "warm-up\n\n",
-              static_cast<long long>(o.prompts),
-              static_cast<long long>(o.samples),
-              static_cast<long long>(o.promptLen), device->str().c_str(),
-              at::get_num_threads(),
-              fusedAttentionAvailable() ? "fused" : "plain", o.iters);
-  std::printf("| model | parameters | dtype | rows | new tokens | cached s | "
-              "cached tok/s | uncached s | uncached tok/s | cached / "
-              "uncached | same tokens |\n");
-  std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | "
-              "--- |\n");
-  std::vector<std::string> notes;
-  for (const std::string &name : o.models)
-    benchModel(o, name, *device, json, notes);
-  if (!notes.empty())
-    std::printf("\n");
-  for (const std::string &n : notes)
-    std::printf("%s\n", n.c_str());
+  auto wants = [&](const char *c) {
+    return std::find(o.cases.begin(), o.cases.end(), c) != o.cases.end();
+  };
+  if (wants("gen")) {
+    std::printf("%lld prompts x %lld samples, prompt %lld tokens, device %s, "
+                "%d CPU threads, %s attention, median of %d after a "
+                "warm-up\n\n",
+                static_cast<long long>(o.prompts),
+                static_cast<long long>(o.samples),
+                static_cast<long long>(o.promptLen), device->str().c_str(),
+                at::get_num_threads(),
+                fusedAttentionAvailable() ? "fused" : "plain", o.iters);
+    std::printf("| model | parameters | dtype | rows | new tokens | cached s "
+                "| cached tok/s | uncached s | uncached tok/s | cached / "
+                "uncached | same tokens |\n");
+    std::printf("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- "
+                "| --- |\n");
+    std::vector<std::string> notes;
+    for (const std::string &name : o.models)
+      benchModel(o, name, *device, json, notes);
+    if (!notes.empty())
+      std::printf("\n");
+    for (const std::string &n : notes)
+      std::printf("%s\n", n.c_str());
+  }
+  if (wants("sampling"))
+    benchSampling(o, *device);
+  if (wants("tree"))
+    benchTreePlan(o, *device);
   if (json)
     std::fclose(json);
   return 0;

@@ -5,8 +5,9 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <algorithm>
-#include <map>
+#include <cmath>
 #include <limits>
+#include <map>
 #include <stdexcept>
 
 namespace cac::rt {
@@ -93,6 +94,45 @@ void sampleSiblingsWithoutReplacement(const at::Tensor &p,
   tokens = tc.to(tokens.device());
 }
 
+/// Candidates of the first nucleus search; most nuclei of a trained model's
+/// next-token distributions hold fewer tokens.
+constexpr int64_t kFirstCandidates = 1024;
+
+/// Top-p of \p p [B, V] (probabilities): the most likely tokens in
+/// descending order of probability with their mass zeroed from the first
+/// token whose preceding mass reaches \p topP, as [B, N] probabilities and
+/// token ids. Only the top N tokens are ordered: N starts at
+/// kFirstCandidates and grows until every row's candidates end in a token
+/// that is cut or has no mass (everything after it is then cut or massless
+/// too), so a peaked distribution costs a top-k, not a sort of the
+/// vocabulary. The prefix sums are those of the full sort (a sequential
+/// scan), so the kept mass and the draw match it token for token; tokens of
+/// equal probability may come in another order.
+std::pair<at::Tensor, at::Tensor> nucleus(const at::Tensor &p, double topP) {
+  const int64_t V = p.size(1);
+  for (int64_t n = std::min(V, kFirstCandidates);;) {
+    if (n * 4 > V) // a selection that large costs about a sort
+      n = V;
+    auto [sp, order] = n == V ? p.sort(-1, /*descending=*/true)
+                              : p.topk(n, -1, /*largest=*/true,
+                                       /*sorted=*/true);
+    at::Tensor cdf = sp.cumsum(-1);
+    at::Tensor cut = (cdf - sp) >= topP; // mass strictly before each
+    at::Tensor last = sp.select(-1, n - 1);
+    at::Tensor open = cut.select(-1, n - 1).logical_not() & (last > 0);
+    if (n == V || !open.any().item<bool>())
+      return {sp.masked_fill(cut, 0.0), order};
+    // A row still open needs at least (topP - its mass) / its smallest
+    // candidate more tokens (later ones are no more likely): a flat row
+    // goes to the sort at once instead of through every size.
+    at::Tensor more = ((topP - cdf.select(-1, n - 1)) / last)
+                          .masked_fill(open.logical_not(), 0.0)
+                          .clamp(0.0, static_cast<double>(V));
+    n = std::min(V, std::max(n * 8, n + static_cast<int64_t>(std::ceil(
+                                            more.max().item<double>()))));
+  }
+}
+
 /// sampleTokens with the uniforms drawn by \p draw(B) ([B, 1] float, CPU),
 /// called only when a row is sampled (not greedy, B > 0).
 SampledTokens sampleTokensWith(const at::Tensor &logitsIn,
@@ -124,28 +164,23 @@ SampledTokens sampleTokensWith(const at::Tensor &logitsIn,
     }
     at::Tensor p = filtered.exp();
     at::Tensor order;
-    if (options.topP < 1.0) {
-      auto sorted = p.sort(-1, /*descending=*/true);
-      at::Tensor sp = std::get<0>(sorted);
-      order = std::get<1>(sorted);
-      at::Tensor before = sp.cumsum(-1) - sp; // mass strictly before each
-      sp = sp.masked_fill(before >= options.topP, 0.0);
-      p = sp; // in sorted order from here on
-    }
+    if (options.topP < 1.0) // p in descending order from here on
+      std::tie(p, order) = nucleus(p, options.topP);
     // Inverse-CDF sampling with one CPU uniform per row: deterministic from
     // the generator on any device.
+    const int64_t N = p.size(1);
     at::Tensor u = draw(B).to(p.device());
     at::Tensor cdf = p.cumsum(-1);
-    at::Tensor target = u * cdf.narrow(-1, V - 1, 1);
+    at::Tensor target = u * cdf.narrow(-1, N - 1, 1);
     at::Tensor idx = at::searchsorted(cdf, target, /*out_int32=*/false,
                                       /*right=*/true)
-                         .clamp_max(V - 1);
+                         .clamp_max(N - 1);
     // A zero-probability index can only come from rounding at the very end
     // of the CDF; step back to the last token with mass.
     at::Tensor pickedP = p.gather(-1, idx);
     if ((pickedP <= 0).any().item<bool>()) {
       at::Tensor lastPos =
-          (at::arange(V, p.options().dtype(at::kLong)).unsqueeze(0) *
+          (at::arange(N, p.options().dtype(at::kLong)).unsqueeze(0) *
            (p > 0).to(at::kLong))
               .argmax(-1, /*keepdim=*/true);
       idx = at::where(pickedP > 0, idx, lastPos);
@@ -288,10 +323,22 @@ void Decoder::prefillAll() {
   auto dev = model_->device();
   PackedRows p = packRows(live, options_.padId, dev);
   cache_.reserve(p.ids.size(1) + remaining);
+  int64_t tokens = 0;
+  for (size_t i = 0; i < live.size(); ++i)
+    tokens +=
+        static_cast<int64_t>(live[i]->prompt.size() + live[i]->tokens.size()) +
+        tokensToFeed(*live[i]);
+  cache_.reserveTokens(tokens);
   at::Tensor h = model_->forwardHidden(p.ids, p.mask, &cache_);
   at::Tensor hLast = h.index({at::arange(p.ids.size(0), p.last.options()),
                               p.last});
   nextLogits_ = model_->lmHead(hLast).to(at::kFloat);
+}
+
+int64_t Decoder::tokensToFeed(const GeneratedSequence &row) const {
+  // Of the tokens a row has left, all but the last are fed back.
+  return std::max<int64_t>(0, options_.maxNewTokens -
+                                  static_cast<int64_t>(row.tokens.size()) - 1);
 }
 
 at::Tensor Decoder::logitsFor(const std::vector<int64_t> &rows) {
@@ -611,6 +658,10 @@ Decoder Decoder::fork(const std::vector<int64_t> &rows) const {
   }
   if (!cacheIdx.empty()) {
     d.cache_ = cache_.select(cacheIdx, remaining);
+    int64_t tokens = 0;
+    for (const GeneratedSequence &s : d.rows_)
+      tokens += s.finished() ? 0 : tokensToFeed(s);
+    d.cache_.reserveTokens(tokens);
     d.nextLogits_ = nextLogits_.index_select(
         0, at::tensor(cacheIdx, at::kLong).to(nextLogits_.device()));
   }
@@ -688,6 +739,10 @@ Decoder Decoder::forkAt(const std::vector<int64_t> &rows,
   if (src.empty())
     return d;
   d.cache_ = cache_.selectPrefix(src, keep, remaining + 1);
+  int64_t tokens = 0; // the re-fed tokens and what the rows feed after them
+  for (const GeneratedSequence &s : d.rows_)
+    tokens += s.finished() ? 0 : 1 + tokensToFeed(s);
+  d.cache_.reserveTokens(tokens);
   auto dev = model_->device();
   int64_t B = static_cast<int64_t>(feed.size());
   at::Tensor ids = at::tensor(feed, at::kLong).view({B, 1}).to(dev);

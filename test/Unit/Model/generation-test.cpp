@@ -166,6 +166,56 @@ TEST(Sampling, SiblingsDrawWithoutReplacement) {
                         sampleTokens(three, k2, g2).tokens));
 }
 
+namespace {
+
+/// Top-p by a sort of the whole vocabulary (what sampleTokens did before it
+/// searched the nucleus among the top tokens): the token drawn by
+/// inverse CDF with \p u [B] from the kept mass of \p logits [B, V].
+at::Tensor topPBySort(const at::Tensor &logits, const SamplingOptions &o,
+                      const at::Tensor &u) {
+  at::Tensor logp = at::log_softmax(logits / o.temperature, -1);
+  if (o.topK > 0) {
+    at::Tensor kth = std::get<0>(logp.topk(o.topK, -1)).narrow(-1, o.topK - 1, 1);
+    logp = logp.masked_fill(logp < kth, -INFINITY);
+  }
+  auto [sp, order] = logp.exp().sort(-1, /*descending=*/true);
+  sp = sp.masked_fill(sp.cumsum(-1) - sp >= o.topP, 0.0);
+  at::Tensor cdf = sp.cumsum(-1);
+  at::Tensor target = u.view({-1, 1}) * cdf.narrow(-1, cdf.size(1) - 1, 1);
+  at::Tensor idx = at::searchsorted(cdf, target, false, /*right=*/true)
+                       .clamp_max(cdf.size(1) - 1);
+  return order.gather(-1, idx).squeeze(-1);
+}
+
+} // namespace
+
+TEST(Sampling, TopPDrawsWhatAFullSortDraws) {
+  // Vocabulary 6000: peaked rows (scale 8) keep their nucleus within the
+  // first candidates, flat ones (scale 1) make the search grow to a sort.
+  const int64_t B = 48, V = 6000;
+  at::Generator gen = makeGenerator(17);
+  for (double scale : {1.0, 4.0, 8.0})
+    for (double topP : {0.3, 0.9, 0.97})
+      for (int64_t topK : {0, 40, 3000}) {
+        SCOPED_TRACE("scale " + std::to_string(scale) + ", top_p " +
+                     std::to_string(topP) + ", top_k " + std::to_string(topK));
+        at::Tensor logits = at::randn({B, V}, gen) * scale;
+        at::Tensor u = at::rand({B}, gen);
+        SamplingOptions o = opts(1.0);
+        o.topP = topP;
+        o.topK = topK;
+        SampledTokens s = sampleTokens(logits, o, u);
+        EXPECT_TRUE(at::equal(s.tokens, topPBySort(logits, o, u)));
+      }
+  // A token of probability ~0.99 is the whole nucleus of top_p = 0.9.
+  at::Tensor logits = at::randn({B, V}, gen);
+  logits.select(1, 4321).fill_(30.0);
+  SamplingOptions o = opts(1.0);
+  o.topP = 0.9;
+  SampledTokens s = sampleTokens(logits, o, gen);
+  EXPECT_TRUE(at::equal(s.tokens, at::full({B}, 4321, at::kLong)));
+}
+
 TEST(Generation, GreedyIsDeterministicAndCacheIndependent) {
   TransformerLM m = tinyModel(tinyConfig(), 31);
   auto a = run(m, kPrompts, opts(0.0), 1);
@@ -380,6 +430,77 @@ TEST(Generation, ForkSharesThePrefix) {
   for (size_t i = 0; i < rows.size(); ++i)
     EXPECT_EQ(rows[i].prompt, kPrompts[i / 2]);
   EXPECT_ERROR([&] { base.fork({3}); }, {"row 3", "out of range"});
+}
+
+namespace {
+
+/// A tree plan of branches {2, 3} and segments of 3 tokens from \p prompts
+/// (9 new tokens per path), each node drawing from its own uniforms; returns
+/// the leaves' decoder (the other decoders are alive while it runs, as in
+/// the rollout plans) and the bytes of its KV cache through \p kvBytes.
+std::vector<GeneratedSequence> treePlan(TransformerLM m, const Prompts &prompts,
+                                        bool cache, int64_t *storedTokens,
+                                        int64_t *allocatedBytes,
+                                        int64_t *bytesPerToken) {
+  SamplingOptions o = opts(1.0, 9);
+  o.useCache = cache;
+  auto uniforms = [](int64_t node) {
+    return [node](int64_t row, int64_t t) {
+      uint64_t h = static_cast<uint64_t>(node * 1000 + row * 50 + t + 1) *
+                   0x9E3779B97F4A7C15ull;
+      return static_cast<float>((h >> 40) & 0xFFFFFF) / 16777216.0f;
+    };
+  };
+  Decoder root(m, o);
+  root.start(prompts);
+  Decoder depth1 = root.fork({0, 0, 1, 1});
+  depth1.run(uniforms(1), 3);
+  Decoder leaves = depth1.fork({0, 0, 0, 1, 1, 1, 2, 2, 2, 3, 3, 3});
+  leaves.run(uniforms(2));
+  *storedTokens = leaves.cache().storedTokens();
+  *allocatedBytes = leaves.cache().memoryBytes();
+  *bytesPerToken = leaves.cache().bytesPerToken();
+  return leaves.sequences();
+}
+
+} // namespace
+
+TEST(Generation, TreePlanSharesPrefixesAndMatchesARecomputation) {
+  TransformerLM m = tinyModel(tinyConfig(), 47);
+  const Prompts prompts = {{1, 5, 9, 4}, {2, 7}};
+  int64_t stored = 0, allocated = 0, perToken = 0, unused = 0;
+  std::vector<GeneratedSequence> shared =
+      treePlan(m, prompts, true, &stored, &allocated, &perToken);
+  std::vector<GeneratedSequence> recomputed =
+      treePlan(m, prompts, false, &unused, &unused, &unused);
+  ASSERT_EQ(shared.size(), 12u);
+  for (size_t r = 0; r < shared.size(); ++r) {
+    SCOPED_TRACE("path " + std::to_string(r));
+    ASSERT_EQ(shared[r].tokens.size(), 9u);
+    EXPECT_EQ(shared[r].tokens, recomputed[r].tokens);
+    for (size_t t = 0; t < 9; ++t)
+      EXPECT_NEAR(shared[r].logprobs[t], recomputed[r].logprobs[t], 1e-5);
+    // Paths of one depth-1 node share its three tokens.
+    EXPECT_EQ(std::vector<int64_t>(shared[r].tokens.begin(),
+                                   shared[r].tokens.begin() + 3),
+              std::vector<int64_t>(shared[r / 3 * 3].tokens.begin(),
+                                   shared[r / 3 * 3].tokens.begin() + 3));
+  }
+  // The cache holds the tree's distinct tokens: the prompts (6), the four
+  // depth-1 segments (3 tokens each) and the twelve leaves' 6 tokens but
+  // the last (never fed back), not the paths' 12 x (prompt + 8).
+  EXPECT_EQ(stored, 6 + 4 * 3 + 12 * 5);
+  // Each fork reserved exactly what its rows feed, plus the padding slot.
+  EXPECT_EQ(allocated, (stored + 1) * perToken);
+  // The same twelve paths as independent rows store every path's prefix.
+  Prompts paths;
+  for (const GeneratedSequence &g : shared)
+    paths.push_back(g.prompt);
+  Decoder flat(m, opts(1.0, 9));
+  flat.start(paths);
+  at::Generator gen = makeGenerator(3);
+  flat.run(gen);
+  EXPECT_EQ(flat.cache().storedTokens(), 6 * 6 + 12 * 8);
 }
 
 TEST(Generation, ForkAtAnEarlierToken) {

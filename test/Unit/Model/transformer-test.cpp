@@ -392,6 +392,54 @@ TEST(Transformer, CacheSelectPrefixForksAtAnEarlierPosition) {
   EXPECT_ERROR([&] { cache.selectPrefix({0, 1}, {1}); }, {"prefix lengths"});
 }
 
+TEST(Transformer, ForksShareTheStorageOfTheirPrefix) {
+  TransformerLM m = tinyModel(tinyConfig(), 27);
+  torch::NoGradGuard noGrad;
+  std::vector<int64_t> a = randomIds(7, 32, 28), b = randomIds(7, 32, 29);
+  KVCache cache;
+  // Row 0 is a (6 tokens), row 1 is b (4 tokens, right-padded).
+  m->forward(
+      ids2d({{a.begin(), a.begin() + 6}, {b[0], b[1], b[2], b[3], 0, 0}}),
+      mask2d({{1, 1, 1, 1, 1, 1}, {1, 1, 1, 1, 0, 0}}), &cache);
+  // Each real token stored once: padding takes no storage.
+  EXPECT_EQ(cache.storedTokens(), 10);
+  const ModelConfig c = tinyConfig();
+  EXPECT_EQ(cache.bytesPerToken(),
+            2 * c.numHiddenLayers * c.numKeyValueHeads * c.headDimension() * 4);
+  int64_t allocated = cache.memoryBytes(), grown = 0;
+  {
+    // Five forks of a and one of b hold no new storage until they write.
+    KVCache forks = cache.select({0, 0, 0, 0, 0, 1});
+    EXPECT_EQ(forks.storedTokens(), 10);
+    EXPECT_EQ(forks.memoryBytes(), allocated);
+    at::Tensor out =
+        m->forward(ids2d({{a[6]}, {a[6]}, {1}, {2}, {3}, {b[4]}}), {}, &forks);
+    EXPECT_EQ(forks.storedTokens(), 16);
+    EXPECT_LT(maxAbsDiff(out[0][0], m->forward(ids2d({a}))[0][6]), 1e-5);
+    EXPECT_LT(maxAbsDiff(out[1][0], out[0][0]), 1e-6);
+    std::vector<int64_t> b5(b.begin(), b.begin() + 5);
+    EXPECT_LT(maxAbsDiff(out[5][0], m->forward(ids2d({b5}))[0][4]), 1e-5);
+    // A copy shares everything; the gathered keys are the source's.
+    KVCache copy = forks;
+    EXPECT_EQ(copy.storedTokens(), 16);
+    EXPECT_TRUE(at::equal(copy.keys(1), forks.keys(1)));
+    EXPECT_TRUE(at::equal(forks.keys(0)[0].narrow(1, 0, 6), cache.keys(0)[0]));
+    grown = forks.memoryBytes();
+  }
+  // The forks' own tokens are released with them; the storage is reused.
+  EXPECT_EQ(cache.storedTokens(), 10);
+  EXPECT_EQ(cache.peakStoredTokens(), 16);
+  {
+    KVCache prefix = cache.selectPrefix({0}, {2});
+    EXPECT_EQ(prefix.storedTokens(), 10);
+    m->forward(ids2d({{5}}), {}, &prefix);
+    EXPECT_EQ(prefix.storedTokens(), 11);
+    EXPECT_EQ(prefix.memoryBytes(), grown)
+        << "freed slots are taken again before the storage grows";
+  }
+  EXPECT_EQ(cache.storedTokens(), 10);
+}
+
 TEST(Transformer, RejectsBadInputs) {
   TransformerLM m = tinyModel(tinyConfig(), 25);
   torch::NoGradGuard noGrad;

@@ -5,11 +5,12 @@
 // entropy of the distribution it was drawn from (softmax(logits /
 // temperature), before top-k/top-p truncation, which is the distribution the
 // training loop recomputes). Rows stop on a stop token, a stop string or
-// max_new_tokens. fork() copies rows together with their KV cache so that
-// rollout trees share prefixes. With a tool (SamplingOptions::tool), a row
-// whose token closes a tool call gets the tool's reply appended as
-// observation tokens, fed through the model like a prompt (they extend the
-// KV cache; no log-probability, never sampled), and samples on after them.
+// max_new_tokens. fork() copies rows and shares their KV cache (KVCache.h:
+// the forks read one stored copy of their common prefix). With a tool
+// (SamplingOptions::tool), a row whose token closes a tool call gets the tool's
+// reply appended as observation tokens, fed through the model like a prompt
+// (they extend the KV cache; no log-probability, never sampled), and samples on
+// after them.
 //
 // Randomness comes only from the at::Generator passed to step() (a CPU
 // generator; one uniform number per row per step, turned into a token by
@@ -201,8 +202,9 @@ public:
                const std::vector<int64_t> &siblings);
   void run(const RowUniforms &uniforms, int64_t maxSteps = -1);
   /// A new decoder whose row i continues row \p rows[i] of this one (rows may
-  /// repeat). Generated tokens so far, logprobs and the KV cache are copied,
-  /// so the copies share the prefix but sample independently from here.
+  /// repeat). Generated tokens so far and logprobs are copied and the KV
+  /// cache is shared (the prefix's keys and values are stored once), so the
+  /// forks share the prefix but sample independently from here.
   Decoder fork(const std::vector<int64_t> &rows) const;
   /// A new decoder whose row i continues row \p rows[i] of this one after
   /// only its first \p numTokens[i] generated tokens (0 <= numTokens[i] <=
@@ -252,6 +254,9 @@ private:
   /// next-token logits.
   void feedTokens(const std::vector<int64_t> &rows,
                   const std::vector<int64_t> &counts);
+  /// Tokens \p row may still feed into the cache (all it has left to sample
+  /// but the last), which its fork reserves room for.
+  int64_t tokensToFeed(const GeneratedSequence &row) const;
   /// decodeKnown with the decoder's tokenizer.
   std::string decodeText(const std::vector<int64_t> &ids) const;
   /// Runs every row's prompt and tokens through the model into a fresh

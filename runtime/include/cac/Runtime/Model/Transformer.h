@@ -1,4 +1,4 @@
-//===- Transformer.h - Llama/Qwen2 decoder and its KV cache -----*- C++ -*-===//
+//===- Transformer.h - Llama/Qwen2 decoder ----------------------*- C++ -*-===//
 //
 // A decoder-only transformer of the Llama/Qwen2 family as a torch::nn::Module:
 // token embedding, N blocks of (RMSNorm, grouped-query attention with RoPE,
@@ -15,9 +15,10 @@
 // be anywhere (left, right, or holes): positions are per row (the number of
 // real tokens before each one), padding keys are masked out, and every query
 // also attends to its own slot so that a padding query's row of the softmax
-// is never empty (no NaN; its output is meaningless and ignored). The same convention
-// holds with a KV cache, which keeps a key mask and the next position of every
-// row, so rows of one batch may hold prefixes of different lengths.
+// is never empty (no NaN; its output is meaningless and ignored). The same
+// convention holds with a KV cache (KVCache.h), which keeps a key mask and the
+// next position of every row, so rows of one batch may hold prefixes of
+// different lengths.
 //
 //===----------------------------------------------------------------------===//
 
@@ -25,6 +26,7 @@
 #define CAC_RUNTIME_MODEL_TRANSFORMER_H
 
 #include "cac/Runtime/Model/Config.h"
+#include "cac/Runtime/Model/KVCache.h"
 #include "cac/Runtime/Model/ModelDtype.h"
 
 #include <torch/nn/module.h>
@@ -36,74 +38,6 @@
 #include <vector>
 
 namespace cac::rt {
-
-/// Keys and values of every layer for a batch of rows, plus which slots hold
-/// real tokens. Slot s of every row is written by the same forward call, so
-/// all rows have length() slots; keyMask() says which are real. Forking a
-/// rollout tree is select() with repeated row indices.
-///
-/// A cache belongs to one model (layer count, head shapes, dtype, device are
-/// fixed by the first forward). Caches are meant for inference: forward under
-/// torch::NoGradGuard.
-class KVCache {
-public:
-  /// An empty cache (bind it to a model by passing it to forward()).
-  KVCache() = default;
-
-  /// Number of rows; 0 before the first forward.
-  int64_t batchSize() const { return batch_; }
-  /// Number of slots written so far.
-  int64_t length() const { return length_; }
-  /// Allocated slots (grows geometrically; see reserve()).
-  int64_t capacity() const { return capacity_; }
-  /// [B, length()] bool: which slots hold real tokens.
-  at::Tensor keyMask() const;
-  /// [B] int64: real tokens per row, i.e. the position of each row's next
-  /// token.
-  const at::Tensor &nextPositions() const { return nextPos_; }
-  /// Keys of layer \p layer, [B, num_kv_heads, length(), head_dim].
-  at::Tensor keys(int64_t layer) const;
-  /// Values of layer \p layer, [B, num_kv_heads, length(), head_dim].
-  at::Tensor values(int64_t layer) const;
-  /// Bytes held by the key/value buffers (capacity, not length).
-  int64_t memoryBytes() const;
-
-  /// Makes room for \p slots slots in total so later forwards do not copy.
-  void reserve(int64_t slots);
-  /// A new cache whose row i is row \p rows[i] of this one (rows may repeat:
-  /// that is a fork). \p extraCapacity slots are reserved beyond length().
-  KVCache select(const at::Tensor &rows, int64_t extraCapacity = 0) const;
-  /// select() with a list of row indices.
-  KVCache select(const std::vector<int64_t> &rows,
-                 int64_t extraCapacity = 0) const;
-  /// A fork at an earlier position: like select(), but row i keeps only the
-  /// first \p keep[i] real tokens of row \p rows[i] (token positions below
-  /// keep[i]); its later slots become padding, and its next token goes to
-  /// position keep[i]. Each keep[i] must lie in [0, nextPositions() of that
-  /// row]. Trailing slots that no row keeps are dropped.
-  KVCache selectPrefix(const std::vector<int64_t> &rows,
-                       const std::vector<int64_t> &keep,
-                       int64_t extraCapacity = 0) const;
-
-  /// Called by the model: starts a forward of \p inputMask ([B, T] bool),
-  /// growing the buffers and recording the new slots in the key mask.
-  /// Returns the key mask over the first length() + T slots.
-  at::Tensor beginStep(const at::Tensor &inputMask);
-  /// Called by each attention layer: stores the new keys and values
-  /// ([B, Hkv, T, D]) and returns views of all of the layer's slots.
-  std::pair<at::Tensor, at::Tensor> write(int64_t layer, const at::Tensor &k,
-                                          const at::Tensor &v);
-  /// Called by the model after the last layer: commits the T slots.
-  void endStep(const at::Tensor &inputMask);
-
-private:
-  void grow(int64_t slots);
-  std::vector<at::Tensor> keys_, values_; // [B, Hkv, capacity, D] each
-  at::Tensor mask_;                       // [B, capacity] bool
-  at::Tensor nextPos_;                    // [B] int64
-  int64_t batch_ = 0, length_ = 0, capacity_ = 0, reserved_ = 0;
-  int64_t pending_ = 0; // T of the forward in progress
-};
 
 /// Where a model's parameters are allocated when they are to be filled by a
 /// load (loadPretrained): uninitialized, directly in these options' dtype and
