@@ -60,7 +60,7 @@ Value fixedArm(SelectOp sel, const Version &version);
 std::vector<Loop> scheduleLoops(KernelOp kernel,
                                 const DenseMap<Value, unsigned> &storage,
                                 ArrayRef<Store> tokenStores,
-                                const Version &version = {});
+                                const Version &version = Version());
 
 /// The uniform conditions of `kernel`'s token selects on which the kernel is
 /// emitted once per combination of their values, each version with its own
