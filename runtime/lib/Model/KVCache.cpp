@@ -1,23 +1,13 @@
 //===- KVCache.cpp - Decoding rows' keys and values, shared --------------===//
 
 #include "cac/Runtime/Model/KVCache.h"
+#include "cac/Runtime/Model/ShapeString.h"
 
 #include <algorithm>
 #include <stdexcept>
 #include <string>
 
 namespace cac::rt {
-
-namespace {
-
-std::string shapeOf(const at::Tensor &t) {
-  std::string s = "[";
-  for (int64_t i = 0; i < t.dim(); ++i)
-    s += (i ? ", " : "") + std::to_string(t.size(i));
-  return s + "]";
-}
-
-} // namespace
 
 /// The token slots behind a family of caches: per layer, keys and values
 /// [capacity, Hkv, D]. Slot 0 is the zero slot of padding; the others are
@@ -84,10 +74,11 @@ public:
       K = at::zeros({capacity, k.size(1), k.size(3)}, k.options());
       values[layer] = at::zeros({capacity, v.size(1), v.size(3)}, v.options());
     } else if (K.size(1) != k.size(1) || K.size(2) != k.size(3)) {
-      throw std::runtime_error(
-          "KV cache: layer " + std::to_string(layer) + " holds keys of " +
-          std::to_string(K.size(1)) + " heads x " + std::to_string(K.size(2)) +
-          ", cannot append " + shapeOf(k) + " (a cache of another model?)");
+      throw std::runtime_error("KV cache: layer " + std::to_string(layer) +
+                               " holds keys of " + std::to_string(K.size(1)) +
+                               " heads x " + std::to_string(K.size(2)) +
+                               ", cannot append " + shapeString(k.sizes()) +
+                               " (a cache of another model?)");
     }
   }
   int64_t bytesPerToken() const {
@@ -274,7 +265,7 @@ std::pair<at::Tensor, at::Tensor>
 KVCache::write(int64_t layer, const at::Tensor &k, const at::Tensor &v) {
   int64_t B = k.size(0), Hkv = k.size(1), T = k.size(2);
   if (T != pending_ || B != batch_)
-    throw std::runtime_error("KV cache: write of " + shapeOf(k) +
+    throw std::runtime_error("KV cache: write of " + shapeString(k.sizes()) +
                              " outside beginStep");
   pool_->bind(layer, k, v);
   at::Tensor &K = pool_->keys[layer];

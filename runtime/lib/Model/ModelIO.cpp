@@ -1,6 +1,7 @@
 //===- ModelIO.cpp - Loading and saving Hugging Face model folders --------===//
 
 #include "cac/Runtime/Model/ModelIO.h"
+#include "cac/Runtime/Model/ShapeString.h"
 #include "cac/Runtime/Support/FileUtil.h"
 #include "cac/Runtime/Support/HostMemory.h"
 
@@ -18,13 +19,6 @@ using nlohmann::json;
 namespace cac::rt {
 
 namespace {
-
-std::string shapeString(at::IntArrayRef shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i)
-    s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 
 bool startsWith(const std::string &s, const char *prefix) {
   return s.rfind(prefix, 0) == 0;

@@ -1,6 +1,7 @@
 //===- Safetensors.cpp - Reading and writing .safetensors files -----------===//
 
 #include "cac/Runtime/Model/Safetensors.h"
+#include "cac/Runtime/Model/ShapeString.h"
 #include "cac/Runtime/Support/FileUtil.h"
 
 #include <c10/core/GradMode.h>
@@ -56,13 +57,6 @@ std::string unsupportedDTypeReason(const std::string &name) {
            "' is not supported (dequantize the model to BF16, F16 or F32)";
   return "unknown or unsupported dtype '" + name +
          "' (supported: F64 F32 F16 BF16 I64 I32 I16 I8 U8 BOOL)";
-}
-
-std::string shapeString(at::IntArrayRef shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i)
-    s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
 }
 
 /// Reads exactly \p size bytes at \p offset; false on a short read.

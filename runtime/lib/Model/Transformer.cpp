@@ -1,6 +1,7 @@
 //===- Transformer.cpp - Llama/Qwen2 decoder ------------------------------===//
 
 #include "cac/Runtime/Model/Transformer.h"
+#include "cac/Runtime/Model/ShapeString.h"
 
 #include <torch/nn/init.h>
 #include <torch/nn/modules/embedding.h>
@@ -20,13 +21,6 @@
 namespace cac::rt {
 
 namespace {
-
-std::string shapeOf(const at::Tensor &t) {
-  std::string s = "[";
-  for (int64_t i = 0; i < t.dim(); ++i)
-    s += (i ? ", " : "") + std::to_string(t.size(i));
-  return s + "]";
-}
 
 at::Tensor rotateHalf(const at::Tensor &x) {
   int64_t half = x.size(-1) / 2;
@@ -432,7 +426,7 @@ at::Tensor TransformerLMImpl::forwardHidden(const at::Tensor &inputIds,
                                             const at::Tensor &positionsIn) {
   if (inputIds.dim() != 2)
     throw std::runtime_error("TransformerLM: input ids must be [B, T], got " +
-                             shapeOf(inputIds));
+                             shapeString(inputIds.sizes()));
   int64_t B = inputIds.size(0), T = inputIds.size(1);
   auto dev = model->embed_tokens->weight.device();
   at::Tensor ids = inputIds.to(dev, at::kLong);
@@ -442,9 +436,9 @@ at::Tensor TransformerLMImpl::forwardHidden(const at::Tensor &inputIds,
                                                .dtype(at::kBool)
                                                .device(dev));
   if (mask.sizes() != ids.sizes())
-    throw std::runtime_error("TransformerLM: attention mask " +
-                             shapeOf(mask) + " does not match input ids " +
-                             shapeOf(ids));
+    throw std::runtime_error(
+        "TransformerLM: attention mask " + shapeString(mask.sizes()) +
+        " does not match input ids " + shapeString(ids.sizes()));
   if (T > 0) {
     int64_t lo = ids.min().item<int64_t>(), hi = ids.max().item<int64_t>();
     if (lo < 0 || hi >= config_.vocabSize)
@@ -457,8 +451,8 @@ at::Tensor TransformerLMImpl::forwardHidden(const at::Tensor &inputIds,
     positions = positionsIn.to(dev, at::kLong);
     if (positions.sizes() != ids.sizes())
       throw std::runtime_error("TransformerLM: positions " +
-                               shapeOf(positions) + " do not match " +
-                               shapeOf(ids));
+                               shapeString(positions.sizes()) +
+                               " do not match " + shapeString(ids.sizes()));
   } else {
     positions = mask.to(at::kLong).cumsum(1) - 1;
     if (cache && cache->batchSize() > 0)
@@ -503,8 +497,9 @@ at::Tensor tokenLogProbs(const at::Tensor &logits, const at::Tensor &inputIds,
   if (logits.dim() != 3 || inputIds.dim() != 2 ||
       logits.size(0) != inputIds.size(0) ||
       logits.size(1) != inputIds.size(1))
-    throw std::runtime_error("tokenLogProbs: logits " + shapeOf(logits) +
-                             " do not match input ids " + shapeOf(inputIds));
+    throw std::runtime_error(
+        "tokenLogProbs: logits " + shapeString(logits.sizes()) +
+        " do not match input ids " + shapeString(inputIds.sizes()));
   int64_t T = logits.size(1);
   if (T < 2)
     return at::zeros({logits.size(0), 0},
