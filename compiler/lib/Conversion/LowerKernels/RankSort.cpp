@@ -66,6 +66,19 @@ Value SeqKernelEmitter::rankKey(Value x) { return descendingKey(e, x); }
 /// Then rank[start + P[k]] = k per chunk. Every barrier is reached by all
 /// threads (trip counts depend on the sequence only); the caller's
 /// barrier follows.
+Value SeqKernelEmitter::entryCounters(int64_t count) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  Operation *fn = b.getInsertionBlock()->getParentOp();
+  while (!isa<func::FuncOp, gpu::GPUFuncOp>(fn))
+    fn = fn->getParentOp();
+  OpBuilder ab = OpBuilder::atBlockBegin(&fn->getRegion(0).front());
+  Value n = ab.create<arith::ConstantOp>(loc, ab.getI64IntegerAttr(count));
+  return ab.create<LLVM::AllocaOp>(
+      loc, LLVM::LLVMPointerType::get(b.getContext()), b.getI32Type(), n,
+      /*alignment=*/16);
+}
+
 void SeqKernelEmitter::emitRankSortBlock(RankOp rank) {
   if (Value k = topKBound(rank))
     return emitTopKSelectBlock(rank, k);
@@ -178,8 +191,6 @@ void SeqKernelEmitter::emitRankSort(RankOp rank) {
   if (Value k = topKBound(rank))
     return emitTopKSelect(rank, k);
   Location loc = e.loc;
-  MLIRContext *ctx = b.getContext();
-  auto ptrTy = LLVM::LLVMPointerType::get(ctx);
   const unsigned bits = e.ft.getIntOrFloatBitWidth();
   const unsigned passes = bits / 8;
   Type it = b.getIntegerType(bits);
@@ -194,18 +205,8 @@ void SeqKernelEmitter::emitRankSort(RankOp rank) {
     return b.create<arith::ConstantOp>(loc, b.getIntegerAttr(t, v));
   };
   IndexOps ix(e);
-  // The histograms: [passes x 256] i32 in the function's entry block (an
-  // alloca in the unit loop would grow the stack per unit).
-  Value hist;
-  {
-    Operation *fn = b.getInsertionBlock()->getParentOp();
-    while (!isa<func::FuncOp, gpu::GPUFuncOp>(fn))
-      fn = fn->getParentOp();
-    OpBuilder ab = OpBuilder::atBlockBegin(&fn->getRegion(0).front());
-    Value n = ab.create<arith::ConstantOp>(
-        loc, ab.getI64IntegerAttr(int64_t(passes) * 256));
-    hist = ab.create<LLVM::AllocaOp>(loc, ptrTy, i32, n, /*alignment=*/16);
-  }
+  // The histograms: [passes x 256] i32.
+  Value hist = entryCounters(int64_t(passes) * 256);
   auto digit = [&](Value d, unsigned p) -> Value {
     Value sh = b.create<arith::ShRUIOp>(loc, d, iconst(it, 8 * p));
     Value byte = b.create<arith::AndIOp>(loc, sh, iconst(it, 255));

@@ -93,6 +93,9 @@ private:
 
   // RankSort.cpp: ranks as radix sorts.
   Value rankKey(Value x);
+  /// \p count i32 counters in the kernel function's entry block (an alloca
+  /// in the unit loop would grow the stack per unit).
+  Value entryCounters(int64_t count);
   void emitRankSortBlock(RankOp rank);
   void emitRankSort(RankOp rank);
 

@@ -140,7 +140,6 @@ void SeqKernelEmitter::emitTopKCut(RankOp rank, Value m,
 /// for.
 void SeqKernelEmitter::emitTopKSelect(RankOp rank, Value kv) {
   Location loc = e.loc;
-  MLIRContext *ctx = b.getContext();
   const unsigned bits = e.ft.getIntOrFloatBitWidth();
   constexpr int64_t kBins = 256, kCopies = 4;
   Type it = b.getIntegerType(bits);
@@ -152,19 +151,7 @@ void SeqKernelEmitter::emitTopKSelect(RankOp rank, Value kv) {
     return b.create<arith::ConstantOp>(loc, b.getIntegerAttr(t, v));
   };
   auto at = [&](Value i) { return b.create<arith::AddIOp>(loc, start, i); };
-  // The counters, in the function's entry block (an alloca in the unit
-  // loop would grow the stack per unit).
-  Value hist;
-  {
-    Operation *fn = b.getInsertionBlock()->getParentOp();
-    while (!isa<func::FuncOp, gpu::GPUFuncOp>(fn))
-      fn = fn->getParentOp();
-    OpBuilder ab = OpBuilder::atBlockBegin(&fn->getRegion(0).front());
-    Value n = ab.create<arith::ConstantOp>(
-        loc, ab.getI64IntegerAttr(kBins * kCopies));
-    hist = ab.create<LLVM::AllocaOp>(loc, LLVM::LLVMPointerType::get(ctx), i32,
-                                     n, /*alignment=*/16);
-  }
+  Value hist = entryCounters(kBins * kCopies);
   auto digitOf = [&](Value d, const Digit &g) -> Value {
     Value sh = b.create<arith::ShRUIOp>(loc, d, iconst(it, g.shift));
     Value v = b.create<arith::AndIOp>(loc, sh, iconst(it, (1 << g.width) - 1));
