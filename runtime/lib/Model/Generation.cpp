@@ -9,6 +9,7 @@
 #include <limits>
 #include <map>
 #include <stdexcept>
+#include <vector>
 
 namespace cac::rt {
 
@@ -101,36 +102,69 @@ constexpr int64_t kFirstCandidates = 1024;
 /// Top-p of \p p [B, V] (probabilities): the most likely tokens in
 /// descending order of probability with their mass zeroed from the first
 /// token whose preceding mass reaches \p topP, as [B, N] probabilities and
-/// token ids. Only the top N tokens are ordered: N starts at
-/// kFirstCandidates and grows until every row's candidates end in a token
-/// that is cut or has no mass (everything after it is then cut or massless
-/// too), so a peaked distribution costs a top-k, not a sort of the
-/// vocabulary. The prefix sums are those of the full sort (a sequential
-/// scan), so the kept mass and the draw match it token for token; tokens of
-/// equal probability may come in another order.
+/// token ids (a row resolved with fewer than N candidates is padded with
+/// massless entries). Only the top tokens are ordered, row by row: every row
+/// starts with kFirstCandidates; a row whose candidates do not end in a token
+/// that is cut or massless (everything after it is then cut or massless too)
+/// searches again with more, alone with the other open rows, so a peaked
+/// distribution costs a top-k, not a sort of the vocabulary, whatever the
+/// other rows of its batch need. The prefix sums are those of the full sort
+/// (a sequential scan), so the kept mass and the draw match it token for
+/// token; tokens of equal probability may come in another order.
 std::pair<at::Tensor, at::Tensor> nucleus(const at::Tensor &p, double topP) {
-  const int64_t V = p.size(1);
+  const int64_t B = p.size(0), V = p.size(1);
+  struct Resolved {
+    at::Tensor rows, probs, order; // rows undefined: every row of p
+  };
+  std::vector<Resolved> resolved;
+  at::Tensor rows; // the open rows' indices in p; undefined: all of them
   for (int64_t n = std::min(V, kFirstCandidates);;) {
     if (n * 4 > V) // a selection that large costs about a sort
       n = V;
-    auto [sp, order] = n == V ? p.sort(-1, /*descending=*/true)
-                              : p.topk(n, -1, /*largest=*/true,
-                                       /*sorted=*/true);
+    at::Tensor sub = rows.defined() ? p.index_select(0, rows) : p;
+    auto [sp, order] = n == V ? sub.sort(-1, /*descending=*/true)
+                              : sub.topk(n, -1, /*largest=*/true,
+                                         /*sorted=*/true);
     at::Tensor cdf = sp.cumsum(-1);
     at::Tensor cut = (cdf - sp) >= topP; // mass strictly before each
+    sp = sp.masked_fill(cut, 0.0);
     at::Tensor last = sp.select(-1, n - 1);
     at::Tensor open = cut.select(-1, n - 1).logical_not() & (last > 0);
-    if (n == V || !open.any().item<bool>())
-      return {sp.masked_fill(cut, 0.0), order};
-    // A row still open needs at least (topP - its mass) / its smallest
-    // candidate more tokens (later ones are no more likely): a flat row
-    // goes to the sort at once instead of through every size.
-    at::Tensor more = ((topP - cdf.select(-1, n - 1)) / last)
-                          .masked_fill(open.logical_not(), 0.0)
-                          .clamp(0.0, static_cast<double>(V));
+    if (n == V || !open.any().item<bool>()) {
+      resolved.push_back({rows, sp, order});
+      break;
+    }
+    at::Tensor closedIdx = open.logical_not().nonzero().squeeze(-1);
+    at::Tensor openIdx = open.nonzero().squeeze(-1);
+    auto pick = [&](const at::Tensor &t, const at::Tensor &idx) {
+      return t.index_select(0, idx);
+    };
+    if (closedIdx.numel() > 0)
+      resolved.push_back({rows.defined() ? pick(rows, closedIdx) : closedIdx,
+                          pick(sp, closedIdx), pick(order, closedIdx)});
+    // An open row needs at least (topP - its mass) / its smallest candidate
+    // more tokens (later ones are no more likely): a flat row goes to the
+    // sort at once instead of through every size.
+    at::Tensor more =
+        ((topP - pick(cdf.select(-1, n - 1), openIdx)) / pick(last, openIdx))
+            .clamp(0.0, static_cast<double>(V));
     n = std::min(V, std::max(n * 8, n + static_cast<int64_t>(std::ceil(
                                             more.max().item<double>()))));
+    rows = rows.defined() ? pick(rows, openIdx) : openIdx;
   }
+  if (resolved.size() == 1 && !resolved[0].rows.defined())
+    return {resolved[0].probs, resolved[0].order};
+  int64_t width = 0;
+  for (const Resolved &r : resolved)
+    width = std::max(width, r.probs.size(1));
+  at::Tensor probs = at::zeros({B, width}, p.options());
+  at::Tensor order = at::zeros({B, width}, resolved[0].order.options());
+  for (const Resolved &r : resolved) {
+    int64_t w = r.probs.size(1);
+    probs.narrow(1, 0, w).index_copy_(0, r.rows, r.probs);
+    order.narrow(1, 0, w).index_copy_(0, r.rows, r.order);
+  }
+  return {probs, order};
 }
 
 /// sampleTokens with the uniforms drawn by \p draw(B) ([B, 1] float, CPU),

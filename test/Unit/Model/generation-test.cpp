@@ -207,6 +207,21 @@ TEST(Sampling, TopPDrawsWhatAFullSortDraws) {
         SampledTokens s = sampleTokens(logits, o, u);
         EXPECT_TRUE(at::equal(s.tokens, topPBySort(logits, o, u)));
       }
+  // Rows of every kind in one batch: each row searches only as far as its
+  // own nucleus needs, the flat ones to the sort.
+  for (double topP : {0.5, 0.9, 0.97}) {
+    SCOPED_TRACE("mixed rows, top_p " + std::to_string(topP));
+    at::Tensor scale =
+        at::tensor(std::vector<double>{1.0, 8.0, 4.0, 8.0, 16.0, 8.0})
+            .repeat({B / 6})
+            .to(at::kFloat);
+    at::Tensor logits = at::randn({B, V}, gen) * scale.unsqueeze(1);
+    at::Tensor u = at::rand({B}, gen);
+    SamplingOptions o = opts(1.0);
+    o.topP = topP;
+    EXPECT_TRUE(
+        at::equal(sampleTokens(logits, o, u).tokens, topPBySort(logits, o, u)));
+  }
   // A token of probability ~0.99 is the whole nucleus of top_p = 0.9.
   at::Tensor logits = at::randn({B, V}, gen);
   logits.select(1, 4321).fill_(30.0);
