@@ -162,3 +162,34 @@ def test_right_padded_masks_pack_by_rows(dtype):
         keep = m != 0
         want = gae(value=x[keep], reward=reward, lengths=keep.sum(1))["adv"]
         assert torch.equal(got[keep], want) and (got[~keep] == 0).all()
+
+
+def test_mask_rows_over_dtypes_and_block_edges():
+    """_cac.mask_rows's one-pass scan (byte lanes for 1-byte masks, 255
+    entries a block) against boolean arithmetic: rows of every length
+    around the block edges, holes and leading zeros, every mask dtype."""
+    from cac import _cac
+    rng = random.Random(7)
+    dtypes = [torch.bool, torch.uint8, torch.int8, torch.int32, torch.int64,
+              torch.float32, torch.float64, torch.float16, torch.bfloat16]
+    for T in (1, 2, 254, 255, 256, 257, 511, 512, 700):
+        for trial in range(6):
+            lengths = [rng.randint(0, T) for _ in range(5)]
+            m = torch.zeros(5, T)
+            for b, n in enumerate(lengths):
+                m[b, :n] = 1
+            if trial % 2:
+                m[rng.randrange(5), rng.randrange(T)] = 1 - m[0, 0]
+            if trial == 4 and T > 300:
+                m[1] = 0
+                m[1, 255] = 1  # a zero then a one across the block edge
+                m[2, :256] = 1
+                m[2, 300] = 1
+            nz = m != 0
+            want_counts = nz.sum(1)
+            want_padded = all(bool(nz[b, :int(want_counts[b])].all()) for b in range(5))
+            for dtype in dtypes:
+                counts, right_padded = _cac.mask_rows(m.to(dtype))
+                assert torch.equal(counts, want_counts), (T, trial, dtype)
+                assert right_padded == want_padded, (T, trial, dtype)
+
