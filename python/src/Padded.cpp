@@ -20,6 +20,7 @@
 #include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -116,6 +117,25 @@ std::vector<int64_t> rowStarts(const at::Tensor &counts, int64_t rows) {
   return starts;
 }
 
+/// `out` when the caller gave one (checked to hold `shape` of `like`'s
+/// dtype on the CPU, contiguous), else a new tensor.
+at::Tensor outputTensor(const std::optional<at::Tensor> &out,
+                        at::IntArrayRef shape, const at::Tensor &like,
+                        const char *what) {
+  if (!out)
+    return at::empty(shape, like.options());
+  const at::Tensor &o = *out;
+  if (!o.device().is_cpu() || o.scalar_type() != like.scalar_type() ||
+      o.sizes() != shape || !o.is_contiguous())
+    throw py::value_error(std::string(what) + ": expected a contiguous CPU " +
+                          std::string(c10::toString(like.scalar_type())) +
+                          " tensor of shape " + c10::str(shape) + ", got " +
+                          std::string(c10::toString(o.scalar_type())) + " " +
+                          c10::str(o.sizes()) + " on " + o.device().str() +
+                          (o.is_contiguous() ? "" : " (not contiguous)"));
+  return o;
+}
+
 at::Tensor packRows(const at::Tensor &paddedIn, const at::Tensor &counts) {
   at::Tensor padded = hostMatrix(paddedIn, "padded tensor");
   int64_t rows = padded.size(0), cols = padded.size(1);
@@ -134,7 +154,7 @@ at::Tensor packRows(const at::Tensor &paddedIn, const at::Tensor &counts) {
 }
 
 at::Tensor unpackRows(const at::Tensor &packed, const at::Tensor &counts,
-                      int64_t cols) {
+                      int64_t cols, const std::optional<at::Tensor> &into) {
   if (!packed.defined() || packed.dim() != 1 || !packed.device().is_cpu())
     throw py::value_error("packed tensor: expected a CPU [N] tensor");
   at::Tensor flat = packed.contiguous();
@@ -145,7 +165,7 @@ at::Tensor unpackRows(const at::Tensor &packed, const at::Tensor &counts,
                           " tokens, the mask has " +
                           std::to_string(starts[rows]));
   const int64_t *c = counts.data_ptr<int64_t>();
-  at::Tensor out = at::empty({rows, cols}, flat.options());
+  at::Tensor out = outputTensor(into, {rows, cols}, flat, "unpack_rows out");
   size_t size = flat.element_size();
   const char *src = static_cast<const char *>(flat.data_ptr());
   char *dst = static_cast<char *>(out.data_ptr());
@@ -170,6 +190,7 @@ void bindPadded(py::module &m) {
         "The first counts[b] entries of each row of a CPU [B, T] tensor, "
         "concatenated to [N].");
   m.def("unpack_rows", &unpackRows, py::arg("packed"), py::arg("counts"),
-        py::arg("t"),
-        "The inverse of pack_rows: [B, t] with 0 after each row's tokens.");
+        py::arg("t"), py::arg("out") = std::nullopt,
+        "The inverse of pack_rows: [B, t] with 0 after each row's tokens "
+        "(into `out` when given).");
 }
