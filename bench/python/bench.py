@@ -15,6 +15,8 @@ median (and minimum) milliseconds of:
             the batch from the lengths, the run;
   padded    est(value=[B, T], reward=[B], mask=[B, T]): the same from the
             padded layout, outputs unpacked to [B, T];
+  padded out=  the same writing the outputs into [B, T] tensors the caller
+            keeps across calls (est(..., out={...}));
   pad<->pack  the padded path's own work alone: the batch from the mask,
             packing the token inputs and unpacking the token outputs;
   verl      the same method as verl's loop (test/python/verl_reference.py, a
@@ -79,6 +81,10 @@ def bench_method(name, est, b, iters, threads):
                                             **packed, **structure)),
          "padded": timed(iters, lambda: est(mask=mask, threads=threads,
                                             **inputs, **structure))}
+    kept = {k: torch.empty_like(v) for k, v in
+            est(mask=mask, threads=threads, **inputs, **structure).items()}
+    t["padded out="] = timed(iters, lambda: est(mask=mask, threads=threads, out=kept,
+                                                **inputs, **structure))
 
     def convert():
         layout = _batch.make_layout({"mask": mask})
@@ -117,7 +123,8 @@ def main():
                "verl_grpo": cac.load(cac.verl.GRPO)}
     print(f"B x T = {B} x {T} (ragged, {int(b['lengths'].sum())} tokens), float32, "
           f"{args.threads} threads, median (min) of {args.iters} calls; torch {torch.__version__}")
-    cols = ["runtime", "runtime+batch", "packed", "padded", "pad<->pack", "verl"]
+    cols = ["runtime", "runtime+batch", "packed", "padded", "padded out=", "pad<->pack",
+            "verl"]
     print("| method | " + " | ".join(f"{c} ms" for c in cols)
           + " | packed over runtime+batch |")
     print("| --- " * (len(cols) + 2) + "|")

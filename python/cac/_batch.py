@@ -120,16 +120,20 @@ class Layout:
             return f"[B, T] = [{self.B}, {self.T}] like the mask"
         return f"[N] = [{self.N}] (packed)"
 
-    def to_caller(self, t):
+    def to_caller(self, t, into=None):
         """A packed token output in the caller's layout (0 where the mask
-        is 0)."""
+        is 0), written into `into` (checked by _out.check_tensors) when
+        given."""
         if not self.padded:
-            return t
+            return t if into is None else into.copy_(t)
         if self._by_rows(t):
-            return _cac.unpack_rows(t, self.counts, self.T)
-        out = t.new_zeros(self.B * self.T)
-        out.index_copy_(0, self._flat_index(t.device), t)
-        return out.view(self.B, self.T)
+            return _cac.unpack_rows(t, self.counts, self.T, into)
+        if into is None:
+            into = t.new_zeros(self.B, self.T)
+        else:
+            into.zero_()
+        into.view(-1).index_copy_(0, self._flat_index(t.device), t)
+        return into
 
 
 def _check_rows(counts, what):

@@ -5,7 +5,7 @@ import os
 
 import torch
 
-from . import _batch, _cac
+from . import _batch, _cac, _out
 from ._compile import compile_bundle
 
 _DOMAIN_SHAPE = {"token": "[B, T] padded or [N] packed", "seq": "[B]",
@@ -132,21 +132,30 @@ class Estimator:
 
     # Running.
 
-    def __call__(self, threads=None, **inputs):
+    def __call__(self, threads=None, out=None, **inputs):
         """Runs the estimator; returns {output: tensor} in the inputs'
-        layout (token outputs [B, T] with 0 where the mask is 0, or [N])."""
-        out, layout = self._run(inputs, self._params, threads)
-        return {name: self._to_caller(name, out[name], layout)
+        layout (token outputs [B, T] with 0 where the mask is 0, or [N]).
+        out: {output: tensor} to write outputs into (tensors the caller
+        reuses across calls), each of the shape, dtype and device the call
+        would return; the result holds those tensors."""
+        out = _out.check_names(self, out)
+        res, layout = self._run(inputs, self._params, threads, out=out)
+        return {name: self._to_caller(name, res[name], layout, out.get(name))
                 for name in self.outputs}
 
-    def _to_caller(self, name, t, layout):
+    def _to_caller(self, name, t, layout, into=None):
         domain = next(b["domain"] for b in self._buffers if b["name"] == name)
-        return layout.to_caller(t) if domain in ("token", "seg") else t
+        if domain in ("token", "seg"):
+            return layout.to_caller(t, into)
+        if into is None:
+            return t
+        return into.copy_(t)
 
-    def _run(self, kw, params, threads, finish_params=None):
+    def _run(self, kw, params, threads, finish_params=None, out=None):
         """Checks the call, runs the kernels; packed outputs and the
         Layout. `finish_params(params, layout)` may set parameters that
-        depend on the batch."""
+        depend on the batch; `out` (checked here, before the run) are the
+        caller's output tensors."""
         kw = dict(kw)
         layout = _batch.make_layout(kw)
         self._structure(kw, layout)
@@ -168,6 +177,8 @@ class Estimator:
             buffers[name] = x if x.dtype == dtype else x.to(dtype)
         if seg_count is not None and not seg_inputs:
             raise TypeError(f"seg_count given but {self.name} has no seg input")
+        if out:
+            _out.check_tensors(self, out, layout, self._bundle(dtype).buffers)
         n = self.threads if threads is None else int(threads)
         if finish_params is not None:
             params = finish_params(dict(params), layout)

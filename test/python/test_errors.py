@@ -1,6 +1,8 @@
 """Bad input: a Python exception that names the input and the expected
 shape, never a crash; compile errors carry the file:line:col diagnostic."""
 
+import re
+
 import pytest
 import torch
 
@@ -158,3 +160,23 @@ def test_compile_error_carries_the_diagnostic(tmp_path):
 def test_missing_compiler(tmp_path):
     with pytest.raises(FileNotFoundError, match="does not exist"):
         cac.load(STDLIB / "gae.cac", compiler=tmp_path / "no-cac", cache_dir=tmp_path)
+
+
+def test_out_tensors(gae):
+    with pytest.raises(TypeError, match=r"out must be a dict"):
+        gae(value=V, reward=R, mask=MASK, out=[torch.empty(2, 6)])
+    with pytest.raises(TypeError, match=r"gae: out has unknown output 'advantage' \(outputs: adv, ret\)"):
+        gae(value=V, reward=R, mask=MASK, out={"advantage": torch.empty(2, 6)})
+    with pytest.raises(TypeError, match=r"out\['adv'\] must be a torch.Tensor, got list"):
+        gae(value=V, reward=R, mask=MASK, out={"adv": [0.0] * 12})
+    want = r"gae: out\['adv'\] \(token\): expected a contiguous torch.float32 tensor of shape \[2, 6\] on cpu, got "
+    bad = {"shape [2, 7]": torch.empty(2, 7),
+           "dtype torch.float64": torch.empty(2, 6, dtype=torch.float64),
+           "device meta": torch.empty(2, 6, device="meta"),
+           "a non-contiguous tensor": torch.empty(6, 2).t(),
+           "a tensor that requires grad": torch.empty(2, 6, requires_grad=True)}
+    for problem, t in bad.items():
+        with pytest.raises(ValueError, match=want + re.escape(problem)):
+            gae(value=V, reward=R, mask=MASK, out={"adv": t})
+    with pytest.raises(ValueError, match=r"expected a contiguous torch.float32 tensor of shape \[6\]"):
+        gae(value=V[MASK != 0], reward=R, lengths=MASK.sum(1), out={"ret": torch.empty(2, 6)})

@@ -162,3 +162,94 @@ def test_right_padded_masks_pack_by_rows(dtype):
         keep = m != 0
         want = gae(value=x[keep], reward=reward, lengths=keep.sum(1))["adv"]
         assert torch.equal(got[keep], want) and (got[~keep] == 0).all()
+
+
+def test_mask_rows_over_dtypes_and_block_edges():
+    """_cac.mask_rows's one-pass scan (byte lanes for 1-byte masks, 255
+    entries a block) against boolean arithmetic: rows of every length
+    around the block edges, holes and leading zeros, every mask dtype."""
+    from cac import _cac
+    rng = random.Random(7)
+    dtypes = [torch.bool, torch.uint8, torch.int8, torch.int32, torch.int64,
+              torch.float32, torch.float64, torch.float16, torch.bfloat16]
+    for T in (1, 2, 254, 255, 256, 257, 511, 512, 700):
+        for trial in range(6):
+            lengths = [rng.randint(0, T) for _ in range(5)]
+            m = torch.zeros(5, T)
+            for b, n in enumerate(lengths):
+                m[b, :n] = 1
+            if trial % 2:
+                m[rng.randrange(5), rng.randrange(T)] = 1 - m[0, 0]
+            if trial == 4 and T > 300:
+                m[1] = 0
+                m[1, 255] = 1  # a zero then a one across the block edge
+                m[2, :256] = 1
+                m[2, 300] = 1
+            nz = m != 0
+            want_counts = nz.sum(1)
+            want_padded = all(bool(nz[b, :int(want_counts[b])].all()) for b in range(5))
+            for dtype in dtypes:
+                counts, right_padded = _cac.mask_rows(m.to(dtype))
+                assert torch.equal(counts, want_counts), (T, trial, dtype)
+                assert right_padded == want_padded, (T, trial, dtype)
+
+
+def _out_like(result):
+    return {k: torch.full_like(v, float("nan")) for k, v in result.items()}
+
+
+@pytest.mark.parametrize("holes", [False, True])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_out_tensors_equal_the_call_without_them(holes, dtype):
+    """out= writes the outputs into the caller's tensors (filled with NaN
+    first: every element is written, padding included) and returns them;
+    the values equal the call without out=, padded (right-padded rows and
+    rows with observation tokens) and packed, reused across calls with other
+    shapes; outputs not in out= come back new."""
+    gae = load("gae", {"lambda": 0.9})
+    g = torch.Generator().manual_seed(11)
+    outs = {}
+    for B, T in ((7, 9), (4, 30), (7, 9)):
+        lengths = torch.randint(1, T + 1, (B,), generator=g)
+        mask = torch.arange(T)[None, :] < lengths[:, None]
+        if holes:
+            mask[:, 0] = True
+            mask[0, 0] = lengths[0] < 2  # a hole unless the row is one token
+        value = torch.randn(B, T, generator=g, dtype=dtype)
+        reward = torch.randn(B, generator=g, dtype=dtype)
+        want = gae(value=value, reward=reward, mask=mask)
+        if (B, T) not in outs:
+            outs[(B, T)] = _out_like(want)
+        out = outs[(B, T)]
+        for t in out.values():
+            t.fill_(float("nan"))
+        got = gae(value=value, reward=reward, mask=mask, out=out)
+        for k in want:
+            assert got[k] is out[k] or got[k].data_ptr() == out[k].data_ptr()
+            assert torch.equal(got[k], want[k]), k
+        only = {"adv": torch.empty_like(want["adv"])}
+        got = gae(value=value, reward=reward, mask=mask, out=only)
+        assert got["adv"].data_ptr() == only["adv"].data_ptr()
+        assert torch.equal(got["ret"], want["ret"])
+        keep = mask
+        packed_want = gae(value=value[keep], reward=reward, lengths=keep.sum(1))
+        packed_out = _out_like(packed_want)
+        got = gae(value=value[keep], reward=reward, lengths=keep.sum(1), out=packed_out)
+        for k in want:
+            assert got[k].data_ptr() == packed_out[k].data_ptr()
+            assert torch.equal(got[k], packed_want[k])
+
+
+def test_out_tensors_of_seq_outputs():
+    gspo = cac.load(STDLIB / "gspo.cac")
+    g = torch.Generator().manual_seed(4)
+    mask = torch.arange(6)[None, :] < torch.tensor([3, 6, 2, 5])[:, None]
+    kw = dict(logp_new=torch.randn(4, 6, generator=g), logp=torch.randn(4, 6, generator=g),
+              reward=torch.tensor([1.0, 0.0, 1.0, 0.5]), group=torch.tensor([0, 0, 1, 1]),
+              mask=mask)
+    want = gspo(**kw)
+    out = _out_like({k: want[k] for k in ("adv", "ratio")})
+    got = gspo(**kw, out=out)
+    for k in want:
+        assert torch.equal(got[k], want[k]), k
+    assert got["adv"].data_ptr() == out["adv"].data_ptr()
