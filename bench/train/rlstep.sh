@@ -11,6 +11,8 @@
 #   [RLSTEP_MODELS="qwen2.5-0.5b"] [RLSTEP_LAYERS=N] [RLSTEP_PROMPTS=64]
 #   [RLSTEP_SAMPLES=8] [RLSTEP_NEW=512] [RLSTEP_MINIBATCHES=16]
 #   [RLSTEP_STEPS=2] [RLSTEP_TOKENIZER=.deps/tokenizers/qwen3]
+#   [RLSTEP_MATMUL="highest" (float32_matmul_precision of each run, a list:
+#   "highest high" runs each model twice, float32 and TF32 products)]
 #   [RLSTEP_TIMEOUT=300 (seconds per model)] bench/train/rlstep.sh
 #
 # BUNDLE is a compiled stdlib/grpo.cac (`cac compile stdlib/grpo.cac -o
@@ -35,39 +37,42 @@ trap 'rm -rf "$work"' EXIT
 status=0
 : >"$work/runs.jsonl"
 for m in ${RLSTEP_MODELS:-qwen2.5-0.5b}; do
-  sed -e "s|@MODEL@|$m|" -e "s|@LAYERS@|${RLSTEP_LAYERS:+layers = $RLSTEP_LAYERS, }|" \
-    -e "s|@TOKENIZER@|$tok|" -e "s|@DATA@|$PWD/examples/gsm8k|g" -e "s|@BUNDLE@|$bundle|" \
-    -e "s|@PROMPTS@|${RLSTEP_PROMPTS:-64}|" -e "s|@SAMPLES@|${RLSTEP_SAMPLES:-8}|" -e "s|@NEW@|${RLSTEP_NEW:-512}|" \
-    -e "s|@MINIBATCHES@|${RLSTEP_MINIBATCHES:-16}|" -e "s|@STEPS@|${RLSTEP_STEPS:-2}|" \
-    bench/train/rlstep.cac.in >"$work/$m.cac"
-  log=$out/rlstep-$m.log
-  echo "== $m on $device ($(date -u +%H:%M:%S))"
-  mib=$(peak_mib "$device" "$work/mem.txt" "$log" timeout "${RLSTEP_TIMEOUT:-300}" \
-    "$CAC_RUN" "$work/$m.cac" --device "$device" --out "$work/$m" --no-progress)
-  rc=$?
-  [ $rc = 0 ] || { echo "$m: exit status $rc (124: over ${RLSTEP_TIMEOUT:-300} s); its log:"; tail -8 "$log"; status=1; }
-  [ -f "$work/$m/metrics.jsonl" ] && cp "$work/$m/metrics.jsonl" "$out/rlstep-$m-metrics.jsonl"
-  echo "{\"model\": \"$m\", \"peak_mib\": $mib, \"rc\": $rc}" >>"$work/runs.jsonl"
+  for p in ${RLSTEP_MATMUL:-highest}; do
+    sed -e "s|@MODEL@|$m|" -e "s|@LAYERS@|${RLSTEP_LAYERS:+layers = $RLSTEP_LAYERS, }|" \
+      -e "s|@TOKENIZER@|$tok|" -e "s|@DATA@|$PWD/examples/gsm8k|g" -e "s|@BUNDLE@|$bundle|" \
+      -e "s|@PROMPTS@|${RLSTEP_PROMPTS:-64}|" -e "s|@SAMPLES@|${RLSTEP_SAMPLES:-8}|" -e "s|@NEW@|${RLSTEP_NEW:-512}|" \
+      -e "s|@MINIBATCHES@|${RLSTEP_MINIBATCHES:-16}|" -e "s|@STEPS@|${RLSTEP_STEPS:-2}|" \
+      -e "s|@MATMUL@|$p|" \
+      bench/train/rlstep.cac.in >"$work/$m-$p.cac"
+    log=$out/rlstep-$m-$p.log
+    echo "== $m, float32 matmul $p, on $device ($(date -u +%H:%M:%S))"
+    mib=$(peak_mib "$device" "$work/mem.txt" "$log" timeout "${RLSTEP_TIMEOUT:-300}" \
+      "$CAC_RUN" "$work/$m-$p.cac" --device "$device" --out "$work/$m-$p" --no-progress)
+    rc=$?
+    [ $rc = 0 ] || { echo "$m ($p): exit status $rc (124: over ${RLSTEP_TIMEOUT:-300} s); its log:"; tail -8 "$log"; status=1; }
+    [ -f "$work/$m-$p/metrics.jsonl" ] && cp "$work/$m-$p/metrics.jsonl" "$out/rlstep-$m-$p-metrics.jsonl"
+    echo "{\"model\": \"$m\", \"matmul\": \"$p\", \"peak_mib\": $mib, \"rc\": $rc}" >>"$work/runs.jsonl"
+  done
 done
 $py - "$work/runs.jsonl" "$out" "$device" "${RLSTEP_LAYERS:-}" "${RLSTEP_PROMPTS:-64}" "${RLSTEP_SAMPLES:-8}" <<'PY' | tee "$out/rlstep.md"
 import json, os, sys
 runs, out, device, layers, prompts, samples = sys.argv[1:7]
 n = int(prompts) * int(samples)
-print("| model | layers | device | rollouts | new tokens | RL step | step s | generation s | "
-      "scoring s | estimator s | update s | generation tok/s | peak device MiB |")
-print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+print("| model | layers | float32 matmul | device | rollouts | new tokens | RL step | step s | "
+      "generation s | scoring s | estimator s | update s | generation tok/s | peak device MiB |")
+print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
 for run in map(json.loads, open(runs)):
-    m = run["model"]
-    path = os.path.join(out, f"rlstep-{m}-metrics.jsonl")
+    m, p = run["model"], run["matmul"]
+    path = os.path.join(out, f"rlstep-{m}-{p}-metrics.jsonl")
     rows = [json.loads(l) for l in open(path) if l.strip()] if os.path.exists(path) else []
     rl = [r for r in rows if r.get("phase") == "rl"]
     if not rl:
-        print(f"| {m} | {layers or 'all'} | {device} | {n} | | | exit {run['rc']} | | | | | | |")
+        print(f"| {m} | {layers or 'all'} | {p} | {device} | {n} | | | exit {run['rc']} | | | | | | |")
         continue
     for r in rl:
         new = r["response_len"] * n
         mib = run["peak_mib"] if run["peak_mib"] is not None else "-"
-        print(f"| {m} | {layers or 'all'} | {device} | {n} | {new:.0f} | {r['rl_step']} | "
+        print(f"| {m} | {layers or 'all'} | {p} | {device} | {n} | {new:.0f} | {r['rl_step']} | "
               f"{r['time_step_s']:.2f} | {r['time_gen_s']:.2f} | {r['time_score_s']:.2f} | "
               f"{r['time_estimator_s']:.4f} | {r['time_update_s']:.2f} | "
               f"{new / r['time_gen_s']:.0f} | {mib} |")

@@ -161,6 +161,18 @@ std::vector<std::pair<std::string, Handler>> fieldTable(Checker &c,
          }
          return true;
        }},
+      {"float32_matmul_precision",
+       [&](const Value &v) {
+         auto s = c.string(v, "'float32_matmul_precision'");
+         if (s && *s != "highest" && *s != "high" && *s != "medium") {
+           diag.error(v.loc, "'float32_matmul_precision': unknown precision '" +
+                                 *s + "' (highest, high or medium)");
+           return false;
+         }
+         if (s)
+           cfg.float32MatmulPrecision = *s;
+         return s.has_value();
+       }},
   };
 }
 

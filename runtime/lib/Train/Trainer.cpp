@@ -15,6 +15,7 @@
 #include "cac/Runtime/Support/StopSignals.h"
 #include "cac/Runtime/Train/Distributed.h"
 
+#include <ATen/Context.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 
 #include <algorithm>
@@ -179,6 +180,9 @@ struct Trainer::Impl : TrainerState {
     if (cfg.threads > 0)
       setCpuThreads(static_cast<int>(cfg.threads),
                     world.communicator() != nullptr);
+    // Process-wide, as torch.set_float32_matmul_precision: every float32
+    // matrix product of the run (rollouts in float32, scoring, the update).
+    at::globalContext().setFloat32MatmulPrecision(cfg.float32MatmulPrecision);
     fs::create_directories(cfg.out);
     if (!loadEstimator(*this, diag))
       return false;

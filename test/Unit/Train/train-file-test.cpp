@@ -127,6 +127,24 @@ TEST(TrainFile, RolloutDtype) {
       << r.errors;
 }
 
+TEST(TrainFile, Float32MatmulPrecision) {
+  Result r = check(withFields(""));
+  ASSERT_TRUE(r.cfg) << r.errors;
+  EXPECT_EQ(r.cfg->float32MatmulPrecision, "highest");
+  for (const char *p : {"highest", "high", "medium"}) {
+    r = check(withFields(std::string("  float32_matmul_precision = \"") + p +
+                         "\"\n"));
+    ASSERT_TRUE(r.cfg) << r.errors;
+    EXPECT_EQ(r.cfg->float32MatmulPrecision, p);
+  }
+  r = check(withFields("  float32_matmul_precision = \"tf32\"\n"));
+  EXPECT_FALSE(r.cfg);
+  EXPECT_EQ(r.errors, "t.cac:6:30: error: 'float32_matmul_precision': "
+                      "unknown precision 'tf32' (highest, high or medium)\n"
+                      "  float32_matmul_precision = \"tf32\"\n"
+                      "                             ^\n");
+}
+
 TEST(TrainFile, ArithDigitsAndOps) {
   Result r = check("train t { model = builtin(\"tiny\") steps = 1 estimator "
                    "= \"g.cac\"\n task = arith(digits = 2, ops = \"+-*\") }");

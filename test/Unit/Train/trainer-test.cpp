@@ -12,6 +12,7 @@
 #include "cac/Runtime/Tasks/Tasks.h"
 #include "cac/Runtime/Train/Trainer.h"
 
+#include <ATen/Context.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -570,6 +571,27 @@ TEST_F(TrainerTest, Float16RolloutsNeedADeviceThatRunsThem) {
       << errors;
   // At the field's position in the file.
   EXPECT_NE(errors.find("train.cac:"), std::string::npos) << errors;
+}
+
+TEST_F(TrainerTest, Float32MatmulPrecisionIsTheRunsSetting) {
+  // The file's precision is set for the process at prepare(), and a run
+  // that does not name one sets "highest" back.
+  auto precisionAfterPrepare = [&](const std::string &extra,
+                                   const std::string &out) {
+    TrainConfig cfg = config(source("grpo", extra), out);
+    TrainerOptions opts;
+    opts.progress = false;
+    opts.verbose = false;
+    Trainer t(cfg, opts);
+    DiagnosticEngine diag(cfg.file.string(), "");
+    EXPECT_TRUE(t.prepare(diag)) << diag.render();
+    return at::globalContext().float32MatmulPrecision();
+  };
+  EXPECT_EQ(
+      precisionAfterPrepare("  float32_matmul_precision = \"high\"\n", "high"),
+      at::Float32MatmulPrecision::HIGH);
+  EXPECT_EQ(precisionAfterPrepare("", "default"),
+            at::Float32MatmulPrecision::HIGHEST);
 }
 
 TEST_F(TrainerTest, ResumeAfterKillEqualsUninterrupted) {

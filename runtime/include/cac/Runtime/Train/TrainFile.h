@@ -360,6 +360,11 @@ struct TrainConfig {
   /// the policy itself, its update and the old log-probabilities stay
   /// float32 (docs/training.md, "Rollout dtype").
   std::string rolloutDtype = "float32";
+  /// How float32 matrix products may round, PyTorch's
+  /// torch.set_float32_matmul_precision: "highest" (float32 throughout),
+  /// "high" (TF32 tensor cores on CUDA) or "medium" (bfloat16 inside them),
+  /// set for the whole run (docs/training.md, "Float32 matmul precision").
+  std::string float32MatmulPrecision = "highest";
 
   /// Where each field was set (for errors found after parsing).
   std::vector<std::pair<std::string, SourceLoc>> fieldLocs;
