@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """The Python package on a GPU (scripts/gpu/python/run.sh runs it): staged
 stdlib bundles (f32, no compiler on that machine) on CUDA tensors against
-the same bundles on CPU tensors, padded and packed; an objective's loss and
+the same bundles on CPU tensors, padded (also into the caller's tensors,
+out=) and packed; an objective's loss and
 gradient; a launch on a side stream; the packed path under torch's sync
 debug mode (no host synchronisation). Prints one line per check; exit 0
 only if all pass (2: no CUDA device)."""
@@ -56,6 +57,14 @@ def estimators(bundles):
         for out in est.outputs:
             ok, d = close(gpu[out], cpu[out])
             check(f"{name}.{out} padded cuda == cpu", ok and gpu[out].is_cuda, d)
+        # out=: the caller's CUDA tensors (filled with NaN first) hold the
+        # same outputs, and the result is those tensors.
+        mine = {k: torch.full_like(v, float("nan")) for k, v in gpu.items()}
+        got = est(mask=mask.cuda(), out=mine, **{k: v.cuda() for k, v in kw.items()})
+        for out in est.outputs:
+            ok, d = close(got[out], gpu[out])
+            same = got[out].data_ptr() == mine[out].data_ptr()
+            check(f"{name}.{out} padded out= cuda", ok and same, d)
         packed = {k: (v[mask] if est.inputs[k] == "token" else v) for k, v in kw.items()}
         lengths = mask.sum(1)
         gpu = est(lengths=lengths, **{k: v.cuda() for k, v in packed.items()})
