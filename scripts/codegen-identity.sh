@@ -36,7 +36,8 @@ trap 'rm -rf "$work"' EXIT
 
 # name|emit|flags: the variants; each takes a path of the lowering that the
 # defaults do not (f64 arithmetic, group kernels of their own, one thread per
-# sequence, other block shapes and layouts, no prefetch, a register bound).
+# sequence, other block shapes and layouts, no prefetch, a register bound,
+# sequences split over several blocks).
 variants=(
   "default|llvm ptx sim|"
   "f64|llvm ptx|--f64"
@@ -48,6 +49,7 @@ variants=(
   "nopf|ptx|--seq-prefetch=false"
   "pfin|ptx|--seq-prefetch-written=false"
   "minb2|ptx|--seq-min-blocks=2"
+  "split|llvm ptx sim|--seq-split=1024"
 )
 
 actual=$work/actual.sha256

@@ -17,8 +17,10 @@
 //            (--seq-block), `i2`/`i8` (--seq-items), `striped` (--seq-layout
 //            striped), `nopf` (--seq-prefetch=false), `blocked256` (256
 //            threads, blocked, no prefetch), `nofg` (--fuse-groups=false:
-//            group statistics in a group kernel of their own) and `pfin`
-//            (--seq-prefetch-written=false), to choose the defaults on a GPU;
+//            group statistics in a group kernel of their own), `pfin`
+//            (--seq-prefetch-written=false) and `split`/`split2k`
+//            (--seq-split 1024/2048: few long sequences over several
+//            blocks each), to choose the defaults on a GPU;
 //   loop     verl's loop for the methods verl has (gae, gae_dense:
 //            compute_gae_advantage_return, one column operation per token;
 //            grpo, rloo: per-sample loops over the group scores), on the
@@ -132,7 +134,7 @@ static int run(int argc, char **argv) {
   std::vector<std::string> variants = {"thread",     "b256",    "nopf",
                                        "blocked256", "striped", "b64",
                                        "i2",         "i8",      "nofg",
-                                       "pfin"};
+                                       "pfin",       "split",   "split2k"};
   CommonOptions o;
   o.methods = {"gae", "sae", "grpo", "gae_dense", "rloo"};
   o.shapes = {{4096, 4096}, {256, 8192}, {256, 4096}};

@@ -101,6 +101,9 @@ class Bundle:
                 # docs/bundle.md: one block per unit ("unit": "block", the
                 # block-per-sequence kernels) or one thread per unit.
                 if k.get("unit") == "block":
+                    if "split" in k:  # docs/bundle.md: min(ceil(split / B), 64) per sequence
+                        units *= min(-(-k["split"] // max(B, 1)), 64)
+                        unit_end.value = units
                     grid = max(1, units)
                 else:
                     grid = max(1, math.ceil(units / block))

@@ -31,7 +31,10 @@ fi
 # shapes (NAME-b64: 64 threads; NAME-i2, -i8: tokens per thread); GRPO, RLOO
 # and TreeAdv with their group kernel apart from the seq kernel (NAME-nofg);
 # SPO-chain and SAPO prefetching only the buffers they did not write
-# (NAME-pfin). (The register bounds of --seq-min-blocks are not staged: they
+# (NAME-pfin); GAE, SAE, GAE-dense, GRPO and RLOO with each sequence split
+# over several blocks when the batch has fewer than 1024 or 2048 sequences
+# (NAME-split: --seq-split 1024, NAME-split2k: --seq-split 2048). (The
+# register bounds of --seq-min-blocks are not staged: they
 # do not pay at 128 threads, docs/benchmarks.md.)
 cac=${CAC:-$repo/build/bin/cac}
 if [ -x "$cac" ]; then
@@ -74,6 +77,13 @@ if [ -x "$cac" ]; then
   # become 3, SAPO's 9 become 2).
   for m in spo_chain sapo; do
     bench $m pfin --seq-prefetch-written=false
+  done
+  # Few long sequences split over several blocks each, a scan's parts
+  # starting from a carries kernel's compositions (docs/pipeline.md,
+  # "Splitting long sequences"); at 4096 sequences and more nothing splits.
+  for m in gae sae gae_dense grpo rloo; do
+    bench $m split --seq-split 1024
+    bench $m split2k --seq-split 2048
   done
 fi
 echo "staged $(du -sh "$deps" | cut -f1) in $deps"

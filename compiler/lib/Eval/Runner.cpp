@@ -325,6 +325,8 @@ runTyped(const abi::Manifest &m,
               : k.grid == abi::Grid::Node  ? nNodes
               : k.grid == abi::Grid::Batch ? 1
                                            : B;
+    // The GPU's blocks: a split kernel's sequences over several each.
+    unitEnd = abi::launchUnits(k, unitEnd, B);
     if (k.perBlock) {
       if (auto e = simulateBlocks(k, reinterpret_cast<BlockFn>(fn),
                                   argv.data()))

@@ -90,6 +90,13 @@ static cl::opt<int64_t> seqMinBlocks(
              "SM at once (PTX .minnctapersm; ptxas bounds the registers to "
              "fit them); 0 (default): no bound"),
     cl::init(kLowerDefaults.seqMinBlocks), cl::cat(cat));
+static cl::opt<int64_t> seqSplit(
+    "seq-split",
+    cl::desc("GPU: blocks to aim for per launch of a seq kernel of token maps "
+             "and scans: B sequences are split over min(ceil(N / B), 64) "
+             "blocks each (docs/pipeline.md); 0 (default): one block per "
+             "sequence"),
+    cl::init(kLowerDefaults.seqSplit), cl::cat(cat));
 static cl::opt<bool> seqPrefetch(
     "seq-prefetch",
     cl::desc("GPU: each tile of a block-per-sequence kernel asks L2 for the "
@@ -155,6 +162,7 @@ ToolOptions toolOptions() {
   k.lower.seqItems = seqItems;
   k.lower.seqLayout = seqLayout;
   k.lower.seqMinBlocks = seqMinBlocks;
+  k.lower.seqSplit = seqSplit;
   k.lower.seqPrefetch = seqPrefetch;
   k.lower.seqPrefetchWritten = seqPrefetchWritten;
   k.fuseGroups = fuseGroups;

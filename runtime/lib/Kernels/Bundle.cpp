@@ -413,9 +413,13 @@ void launchOnCuda(const CudaModule &cuda, int ordinal, const Manifest &m,
     stream = c10::cuda::getCurrentCUDAStream(ordinal).stream();
 #endif
   }
+  // A split kernel's sequences are cut over several blocks each
+  // (abi::launchUnits, the same rule as gpu-sim's in cac eval).
   for (size_t k = 0; k < m.kernels.size(); ++k)
-    cuda.launch(ordinal, k, unitsOf(m.kernels[k].grid, b), argv.data(),
-                argv.size(), stream);
+    cuda.launch(ordinal, k,
+                abi::launchUnits(m.kernels[k], unitsOf(m.kernels[k].grid, b),
+                                 b.numSeqs()),
+                argv.data(), argv.size(), stream);
   // Converted inputs and scratch are freed on return; LibTorch's caching
   // allocator orders that on its current stream only, so a caller's own
   // stream is waited for.

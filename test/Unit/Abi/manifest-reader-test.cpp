@@ -186,6 +186,8 @@ TEST(ManifestReader, NamesTheFieldOfEachError) {
        "m.json: kernels[1].items: expected a positive integer, got 0"},
       {[](json &j) { j["kernels"][1]["layout"] = 1; },
        "m.json: kernels[1].layout: expected a string, got number"},
+      {[](json &j) { j["kernels"][1]["split"] = 0; },
+       "m.json: kernels[1].split: expected a positive integer, got 0"},
       {[](json &j) {
          j["needs"] = {"groups"};
          j["buffers"].erase(3);
@@ -199,6 +201,30 @@ TEST(ManifestReader, NamesTheFieldOfEachError) {
     c.change(j);
     EXPECT_EQ(errorOf(j), c.error);
   }
+}
+
+TEST(ManifestReader, SplitKernelsLaunchSeveralBlocksPerSequence) {
+  // "split": N (docs/bundle.md): min(ceil(N / B), 64) blocks per sequence
+  // on the GPU, one unit per sequence where a unit is a thread.
+  json j = valid();
+  j["kernels"][1]["split"] = 1024;
+  ManifestOrError r = readManifest(j.dump());
+  ASSERT_TRUE(r) << r.error;
+  KernelSpec k = r.manifest->kernels[1];
+  ASSERT_EQ(k.split, 1024);
+  EXPECT_EQ(launchUnits(k, 256, 256), 256 * 4);
+  EXPECT_EQ(launchUnits(k, 300, 300), 300 * 4);
+  EXPECT_EQ(launchUnits(k, 1024, 1024), 1024);
+  EXPECT_EQ(launchUnits(k, 4096, 4096), 4096);
+  EXPECT_EQ(launchUnits(k, 3, 3), 3 * 64);
+  EXPECT_EQ(launchUnits(k, 0, 0), 0);
+  EXPECT_FALSE(r.manifest->kernels[0].split);
+  EXPECT_EQ(launchUnits(r.manifest->kernels[0], 5, 256), 5);
+  k.perBlock = false;
+  EXPECT_EQ(launchUnits(k, 256, 256), 256);
+  // The writer writes it back.
+  EXPECT_EQ(json::parse(writeManifest(*r.manifest))["kernels"][1]["split"],
+            1024);
 }
 
 TEST(ManifestReader, AcceptsWhatTheRuntimeAlwaysAccepted) {

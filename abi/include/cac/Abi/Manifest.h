@@ -70,7 +70,34 @@ struct KernelSpec {
   /// "blocked", "striped"): information, nothing to pass.
   std::optional<int64_t> items;
   std::optional<std::string> layout;
+  /// A split block kernel ("split": N, docs/pipeline.md): on the GPU each of
+  /// its units is cut into splitParts(N, num_seqs) blocks, so that a launch
+  /// has about N blocks (launchUnits). host.so runs one unit per sequence.
+  std::optional<int64_t> split;
 };
+
+/// The most blocks a split kernel gives one sequence.
+inline constexpr int64_t kMaxSplitParts = 64;
+
+/// Blocks per sequence of a kernel with "split": `split` over `numSeqs`
+/// sequences: min(ceil(split / max(numSeqs, 1)), kMaxSplitParts), so 1 when
+/// numSeqs >= split. The kernels compute the same number from their `num_seqs`
+/// argument (SeqSplit.cpp), so this is the one rule of the launch.
+inline int64_t splitParts(int64_t split, int64_t numSeqs) {
+  const int64_t n = numSeqs > 0 ? numSeqs : 1;
+  const int64_t parts = (split + n - 1) / n;
+  return parts < kMaxSplitParts ? parts : kMaxSplitParts;
+}
+
+/// The units a GPU (or gpu-sim) launch of `k` covers when its grid has
+/// `units` units and the batch `numSeqs` sequences: `units` times the parts
+/// of a split block kernel, else `units`.
+inline int64_t launchUnits(const KernelSpec &k, int64_t units,
+                           int64_t numSeqs) {
+  if (!k.perBlock || !k.split)
+    return units;
+  return units * splitParts(*k.split, numSeqs);
+}
 
 /// An objective's interface: the host scales `loss` and the gradient output
 /// (docs/language.md).

@@ -440,6 +440,12 @@ private:
                     "expected a positive integer, got " + dump(*n));
       spec.items = n->get<int64_t>();
     }
+    if (const json *n = optional(k, "split")) {
+      if (!n->is_number_integer() || n->get<int64_t>() < 1)
+        return fail(field + ".split",
+                    "expected a positive integer, got " + dump(*n));
+      spec.split = n->get<int64_t>();
+    }
     std::optional<std::string> layout;
     if (!optionalString(k, field, "layout", layout))
       return false;

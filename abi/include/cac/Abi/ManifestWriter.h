@@ -79,6 +79,8 @@ inline nlohmann::json toJson(const Manifest &m) {
       o["items"] = *k.items;
     if (k.layout)
       o["layout"] = *k.layout;
+    if (k.split)
+      o["split"] = *k.split;
     kernels.push_back(std::move(o));
   }
   root["kernels"] = std::move(kernels);

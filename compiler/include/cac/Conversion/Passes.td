@@ -53,6 +53,12 @@ def CacLowerKernels : Pass<"cac-lower-kernels", "::mlir::ModuleOp"> {
            "blocks of a block-per-sequence kernel that must fit on one SM "
            "at once (PTX .minnctapersm: ptxas limits the registers to fit "
            "them); 0: no limit">,
+    Option<"seqSplit", "seq-split", "int64_t", /*default=*/"0",
+           "blocks to aim for in a launch of a seq kernel made of token maps "
+           "and independent scans of one direction: with B sequences each "
+           "is split over min(ceil(seq-split / B), 64) blocks (a scan's "
+           "carries come from a kernel NAME_carries launched before it); 0: "
+           "one block per sequence">,
     Option<"seqLayout", "seq-layout", "std::string", /*default=*/"\"auto\"",
            "which tokens of a tile a thread takes: blocked (seq-items "
            "consecutive ones), striped (one in each row of seq-block "

@@ -113,6 +113,11 @@ struct Abi {
         seqScatter;
   };
   std::optional<TreeScratch> tree;
+  /// With seq-split, each scan of a split kernel (splitsKernel): a scratch
+  /// token buffer where the NAME_carries kernel leaves each part's
+  /// composition of the scan's steps, (a, b) at the part's first two tokens
+  /// in the scan's direction (SeqSplit.cpp).
+  DenseMap<Operation *, unsigned> splitCarries;
   unsigned firstBuffer = kNumFixed;
   bool needsGroups = false;
   bool needsTree = false;
@@ -134,7 +139,17 @@ inline Type elemOf(Value v) {
 /// scratch buffers of the kernel results that later kernels read, of scans,
 /// ranks and the tree, then the parameters. The group kernels in `fused`
 /// are computed inside seq kernels and get no storage.
-Abi planAbi(EstimatorOp est, const llvm::DenseSet<Operation *> &fused);
+/// With `split` (seq-split on, splitEnabled), the scans of the kernels
+/// that split (splittable) get a scratch buffer each for their carries.
+Abi planAbi(EstimatorOp est, const llvm::DenseSet<Operation *> &fused,
+            bool split = false);
+
+/// Whether seq kernel `kernel` may be split over several blocks per
+/// sequence (SeqSplit.cpp): no ranks, token -> seq reductions or segment
+/// gathers, and its scans all run in one direction, none reading another
+/// scan, none read at another token (so that its schedule is one loop of
+/// scans and stores, each token's values computed at that token only).
+bool splittable(KernelOp kernel);
 
 } // namespace cac::lowering
 

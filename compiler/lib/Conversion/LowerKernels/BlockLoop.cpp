@@ -102,7 +102,15 @@ void SeqKernelEmitter::emitBlockLoop(Loop &l) {
   const int64_t stride = striped ? size : 1;
   Value lastPos = b.create<arith::SubIOp>(e.loc, len, e.i64(1));
   Value lastTok = b.create<arith::SubIOp>(e.loc, end, e.i64(1));
-  auto forOp = b.create<scf::ForOp>(e.loc, e.i64(0), tiles, e.i64(1), inits);
+  // A split sequence's part walks its own tiles, from the carries of the
+  // parts before it.
+  std::optional<PartTiles> pt;
+  if (part) {
+    pt = partTiles(tiles, tileLen);
+    splitCarries(l, *pt, tiles, inits);
+  }
+  auto forOp = b.create<scf::ForOp>(e.loc, pt ? pt->lo : e.i64(0),
+                                    pt ? pt->hi : tiles, e.i64(1), inits);
   eraseImplicitYield(forOp);
   {
     OpBuilder::InsertionGuard g(b);
@@ -115,19 +123,7 @@ void SeqKernelEmitter::emitBlockLoop(Loop &l) {
       tileLoads = &loads;
     forgetTokens();
     SmallVector<Value> ts, ins;
-    for (int64_t j = 0; j < items; ++j) {
-      Value p = b.create<arith::AddIOp>(e.loc, base, e.i64(j * stride));
-      Value in =
-          b.create<arith::CmpIOp>(e.loc, arith::CmpIPredicate::slt, p, len);
-      Value pc = b.create<arith::SelectOp>(e.loc, in, p, lastPos);
-      Value t;
-      if (l.reverse)
-        t = b.create<arith::SubIOp>(e.loc, lastTok, pc);
-      else
-        t = b.create<arith::AddIOp>(e.loc, start, pc);
-      ts.push_back(t);
-      ins.push_back(in);
-    }
+    tileTokens(base, stride, lastPos, lastTok, l.reverse, ts, ins);
     SmallVector<Value> yields =
         emitTileItems(l, forOp.getRegionIterArgs(), ts, ins, striped);
     tileLoads = nullptr;
@@ -137,6 +133,28 @@ void SeqKernelEmitter::emitBlockLoop(Loop &l) {
     forgetTokens();
   }
   finishBlockReductions(l, forOp);
+}
+
+/// This thread's `items` tokens of the tile whose first position for it is
+/// `base`, `stride` positions apart (`ts`, clamped to the sequence's last
+/// position), and whether each is inside the sequence (`ins`).
+void SeqKernelEmitter::tileTokens(Value base, int64_t stride, Value lastPos,
+                                  Value lastTok, bool reverse,
+                                  SmallVectorImpl<Value> &ts,
+                                  SmallVectorImpl<Value> &ins) {
+  for (int64_t j = 0; j < threads->items; ++j) {
+    Value p = b.create<arith::AddIOp>(e.loc, base, e.i64(j * stride));
+    Value in =
+        b.create<arith::CmpIOp>(e.loc, arith::CmpIPredicate::slt, p, len);
+    Value pc = b.create<arith::SelectOp>(e.loc, in, p, lastPos);
+    Value t;
+    if (reverse)
+      t = b.create<arith::SubIOp>(e.loc, lastTok, pc);
+    else
+      t = b.create<arith::AddIOp>(e.loc, start, pc);
+    ts.push_back(t);
+    ins.push_back(in);
+  }
 }
 
 /// The loop's items for one tile, at this thread's positions (tokens `ts`,

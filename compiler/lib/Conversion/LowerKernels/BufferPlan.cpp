@@ -31,7 +31,7 @@ static Abi::TreeScratch planTree(llvm::function_ref<unsigned(Domain)> scratch) {
 
 /// Kernel results read by later kernels, and scans and ranks, need storage.
 static void planScratch(Block &body, const llvm::DenseSet<Operation *> &fused,
-                        Abi &abi) {
+                        bool split, Abi &abi) {
   unsigned scratch = 0;
   auto newScratch = [&](Domain d) {
     return abi.addBuffer("_t" + std::to_string(scratch++), BufferRole::Scratch, d);
@@ -71,12 +71,16 @@ static void planScratch(Block &body, const llvm::DenseSet<Operation *> &fused,
     });
     if (kernel.getGrid() == Domain::Node)
       abi.needsTree = true;
+    if (split && splittable(kernel))
+      kernel.walk(
+          [&](ScanOp s) { abi.splitCarries[s] = newScratch(Domain::Token); });
   }
   if (abi.needsTree)
     abi.tree = planTree(newScratch);
 }
 
-Abi planAbi(EstimatorOp est, const llvm::DenseSet<Operation *> &fused) {
+Abi planAbi(EstimatorOp est, const llvm::DenseSet<Operation *> &fused,
+            bool split) {
   Abi abi;
   for (const cac::abi::FixedArgInfo &f : cac::abi::kFixedArgs)
     abi.args.push_back({f.name, f.kind});
@@ -98,7 +102,7 @@ Abi planAbi(EstimatorOp est, const llvm::DenseSet<Operation *> &fused) {
       abi.storage[out.getValue()] = arg;
     ft = elemOf(out.getValue());
   });
-  planScratch(body, fused, abi);
+  planScratch(body, fused, split, abi);
   for (auto &b : abi.buffers)
     abi.args.push_back({b.name, ArgKind::Ptr});
   for (auto p : body.getOps<ParamOp>()) {

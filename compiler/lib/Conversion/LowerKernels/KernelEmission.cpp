@@ -27,8 +27,25 @@ struct Lowering {
   KernelTarget &target;
 
   cac::abi::KernelSpec emitTree();
-  cac::abi::KernelSpec emitKernel(KernelOp kernel, StringRef name);
+  cac::abi::KernelSpec emitKernel(KernelOp kernel, StringRef name,
+                                  bool carries = false);
 };
+
+/// Whether seq-split is on with a block of at least two tokens per tile
+/// (a part before the last one then holds its carries' two numbers).
+bool splitEnabled(const LowerOptions &o) {
+  return o.seqSplit > 0 && o.seqBlock > 0 && o.seqBlock * o.seqItems >= 2;
+}
+
+/// Whether `kernel` gets the NAME_carries kernel before it: a split kernel
+/// with a scan.
+bool needsCarries(const LowerOptions &o, KernelOp kernel) {
+  if (!splitEnabled(o) || !splittable(kernel))
+    return false;
+  bool scans = false;
+  kernel.walk([&](ScanOp) { scans = true; });
+  return scans;
+}
 
 } // namespace
 
@@ -77,8 +94,11 @@ cac::abi::KernelSpec Lowering::emitTree() {
           perBlock, std::nullopt,          std::nullopt};
 }
 
-cac::abi::KernelSpec Lowering::emitKernel(KernelOp kernel,
-                                              StringRef name) {
+/// Kernel `kernel` as function `name`; with `carries`, its NAME_carries
+/// kernel instead (SeqSplit.cpp), which the CPU, one thread per sequence,
+/// does not need: its function there does nothing.
+cac::abi::KernelSpec Lowering::emitKernel(KernelOp kernel, StringRef name,
+                                          bool carries) {
   SmallVector<Store> tokenStores, outerStores;
   storesOf(kernel, abi, tokenStores, outerStores);
   Type ft = abi.floatType;
@@ -87,13 +107,18 @@ cac::abi::KernelSpec Lowering::emitKernel(KernelOp kernel,
   const bool perBlock =
       target.blockPerSequence() &&
       (kernel.getGrid() == Domain::Seq || kernel.getGrid() == Domain::Batch);
+  const bool split = perBlock && splitEnabled(o) && splittable(kernel);
   auto emitBody = [&](OpBuilder &ib, ArrayRef<Value> args, Value unit,
                       const BlockThreads *threads) {
+    if (carries && !split)
+      return;
     Emitter em(ib, kernel.getLoc(), ft, args, abi);
     if (kernel.getGrid() == Domain::Seq) {
-      SeqKernelEmitter(em, kernel, abi, target, tokenStores, outerStores,
-                       threads, fusedKernels)
-          .emit(unit);
+      SeqKernelEmitter se(em, kernel, abi, target, tokenStores, outerStores,
+                          threads, fusedKernels);
+      if (split)
+        se.splitInto(o.seqSplit, carries);
+      se.emit(unit);
     } else if (kernel.getGrid() == Domain::Node) {
       emitNodeKernel(em, kernel, abi, outerStores, unit);
     } else if (kernel.getGrid() == Domain::Batch) {
@@ -123,6 +148,8 @@ cac::abi::KernelSpec Lowering::emitKernel(KernelOp kernel,
     k.items = o.seqItems;
     k.layout = o.seqLayout;
   }
+  if (split)
+    k.split = o.seqSplit;
   return k;
 }
 
@@ -148,7 +175,7 @@ LogicalResult lowerEstimator(ModuleOp module, EstimatorOp est,
   if (failed(marked))
     return failure();
   const llvm::DenseSet<Operation *> &fused = *marked;
-  Abi abi = planAbi(est, fused);
+  Abi abi = planAbi(est, fused, splitEnabled(o));
   Block &body = est.getBodyBlock();
   OpBuilder b(module.getContext());
   b.setInsertionPointToEnd(module.getBody());
@@ -171,6 +198,9 @@ LogicalResult lowerEstimator(ModuleOp module, EstimatorOp est,
       continue;
     std::string name =
         est.getSymName().str() + "_k" + std::to_string(launched++);
+    if (needsCarries(o, kernel))
+      kernels.push_back(lowering.emitKernel(kernel, name + "_carries",
+                                            /*carries=*/true));
     kernels.push_back(lowering.emitKernel(kernel, name));
   }
   module->setAttr("cac.manifest",

@@ -30,6 +30,8 @@ std::string cac::lowerKernelsOptionsError(const CacLowerKernelsOptions &o) {
   if (o.seqMinBlocks < 0 || o.seqMinBlocks > 32)
     return "seq-min-blocks must be in [0, 32], not " +
            std::to_string(o.seqMinBlocks);
+  if (o.seqSplit < 0 || o.seqSplit > (int64_t(1) << 30))
+    return "seq-split must be in [0, 2^30], not " + std::to_string(o.seqSplit);
   if (o.seqLayout != "auto" && o.seqLayout != "blocked" &&
       o.seqLayout != "striped")
     return "seq-layout must be auto, blocked or striped, not '" + o.seqLayout +
@@ -54,6 +56,7 @@ struct LowerKernelsPass
     o.seqPrefetchWritten = seqPrefetchWritten;
     o.seqMinBlocks = seqMinBlocks;
     o.seqLayout = seqLayout;
+    o.seqSplit = seqSplit;
     if (std::string err = cac::lowerKernelsOptionsError(o); !err.empty()) {
       module.emitError("cac-lower-kernels: ") << err;
       return failure();

@@ -6,6 +6,8 @@
 namespace cac::lowering {
 
 void SeqKernelEmitter::emit(Value unit) {
+  if (split)
+    unit = splitUnit(unit);
   this->unit = unit;
   e.anchor = e.i64(0).getDefiningOp();
   start = e.loadI32AsI64(kSeqOffsets, unit);
@@ -56,18 +58,24 @@ void SeqKernelEmitter::emitBody() {
       e.storeBuffer(buf, evalOuter(v), unit);
     return;
   }
+  assert((!split || loops.size() <= 1) && "a split kernel is one loop");
   for (size_t i = 0; i < loops.size(); ++i) {
     if (i)
       threads->barrier();
-    emitBlockLoop(loops[i]);
+    if (carriesPass)
+      emitBlockCarries(loops[i]);
+    else
+      emitBlockLoop(loops[i]);
     noteStores(loops[i]);
   }
+  if (carriesPass)
+    return;
   // Every thread has the sequence's values; thread 0 stores them.
   SmallVector<std::pair<Value, unsigned>> values;
   for (auto [v, buf] : seqStores)
     values.push_back({evalOuter(v), buf});
   if (!values.empty())
-    IndexOps(e).when(isThread0(), [&] {
+    IndexOps(e).when(seqStorer(), [&] {
       for (auto [v, buf] : values)
         e.storeBuffer(buf, v, unit);
     });

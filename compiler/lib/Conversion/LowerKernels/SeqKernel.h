@@ -40,6 +40,16 @@ public:
   /// The kernel's body for sequence `unit`, at the insertion point.
   void emit(Value unit);
 
+  /// Splits each sequence over splitParts(split, num_seqs) blocks
+  /// (SeqSplit.cpp; only for a splittable kernel with a block): the unit
+  /// is then (sequence, part), and each part walks a run of the sequence's
+  /// tiles. With `carries`, the body is the NAME_carries kernel's: each
+  /// part's composition of each scan's steps, which the later parts read.
+  void splitInto(int64_t split, bool carries) {
+    this->split = split;
+    carriesPass = carries;
+  }
+
 private:
   bool inKernel(Value v) { return definedIn(kernel, v); }
 
@@ -76,8 +86,26 @@ private:
   void emitTilePrefetch(const llvm::SetVector<Value> &loads, Value base,
                         Value tileLen, Value lastTok, bool reverse);
   void finishBlockReductions(Loop &l, scf::ForOp forOp);
+  void tileTokens(Value base, int64_t stride, Value lastPos, Value lastTok,
+                  bool reverse, SmallVectorImpl<Value> &ts,
+                  SmallVectorImpl<Value> &ins);
   std::pair<Value, Value> affineAfter(Value ea, Value eb, Value la, Value lb);
   Value applyAffine(Value a, Value bv, Value y);
+
+  // SeqSplit.cpp: a sequence's tiles over several blocks.
+  /// A part's tiles [lo, hi) of the sequence's `tiles` and the tokens of a
+  /// whole part.
+  struct PartTiles {
+    Value lo, hi, partLen;
+  };
+  Value splitUnit(Value unit);
+  PartTiles partTiles(Value tiles, Value tileLen);
+  Value tokenAt(Value pos, bool reverse);
+  void splitCarries(Loop &l, const PartTiles &pt, Value tiles,
+                    SmallVectorImpl<Value> &inits);
+  void emitBlockCarries(Loop &l);
+  /// Whether this thread stores the sequence's seq-level values.
+  Value seqStorer();
 
   // BlockPrimitives.cpp: block-wide scans and reductions.
   Value isThread0();
@@ -180,6 +208,12 @@ private:
   /// iteration's first token: one step back is the previous iteration's).
   DenseMap<Value, Value> back;
   int64_t backOffset = 0;
+  /// seq-split's target number of blocks (0: one block per sequence), and
+  /// whether this is the NAME_carries kernel; in a split kernel the unit's
+  /// part and the sequence's number of parts.
+  int64_t split = 0;
+  bool carriesPass = false;
+  Value part, parts;
   /// While a tile's body is emitted: the token buffers it reads.
   llvm::SetVector<Value> *tileLoads = nullptr;
 };
