@@ -479,6 +479,20 @@ at::Tensor TransformerLMImpl::lmHead(const at::Tensor &hidden) {
   return lm_head(hidden);
 }
 
+at::Tensor TransformerLMImpl::headWeight() const {
+  return config_.tieWordEmbeddings ? model->embed_tokens->weight
+                                   : lm_head->weight;
+}
+
+at::Tensor TransformerLMImpl::headLogProbs(const at::Tensor &hidden,
+                                           const at::Tensor &targets,
+                                           double temperature,
+                                           int64_t chunkBytes) {
+  return chunkedTokenLogProbs(
+      hidden, headWeight(), targets, temperature,
+      logProbChunkRows(config_.vocabSize, chunkBytes));
+}
+
 at::Tensor TransformerLMImpl::valueHead(const at::Tensor &hidden) {
   if (!hasValueHead())
     throw std::runtime_error("TransformerLM: the model has no value head");

@@ -17,6 +17,7 @@
 #include "CudaAllocatorCache.h"
 
 #include "cac/Runtime/Kernels/CudaDriver.h"
+#include "cac/Runtime/Model/ChunkedLogProbs.h"
 #include "cac/Runtime/Support/HostMemory.h"
 
 #include <algorithm>
@@ -122,9 +123,11 @@ ActivationMemory estimateActivationMemory(const ModelConfig &c,
   // The scores and scores + bias before the softmax; backward, the
   // probabilities' gradient and the scores'.
   m.attention = 2 * 4 * scores;
-  // The logits, their log-softmax and its gradient, in float32
-  // (tokenLogProbs), at once at the head's backward step.
-  m.logits = logits ? 3 * 4 * bt * double(c.vocabSize) : 0;
+  // One chunk's float32 logits and their log-softmax (headLogProbs
+  // recomputes them a chunk of rows at a time, backward too): the update
+  // never holds the logits of every row.
+  double chunk = std::min(bt, double(logProbChunkRows(c.vocabSize)));
+  m.logits = logits ? 2 * 4 * chunk * double(c.vocabSize) : 0;
   // The embeddings' output, the final norm's two tensors, RoPE's cos and sin
   // and the attention's mask bias (rows x tokens^2).
   m.other = d * (3 * bt * H + 2 * bt * hd + B * T * T);

@@ -65,6 +65,19 @@ at::Tensor gatherResponse(const at::Tensor &perPos, const Padded &p) {
   return perPos.gather(1, p.pos).masked_select(p.resp);
 }
 
+at::Tensor responseLogProbs(TransformerLM &model, const at::Tensor &hidden,
+                            const Padded &p, double temperature) {
+  int64_t b = p.ids.size(0), L = p.ids.size(1);
+  // p.pos indexes the [b, L-1] outputs: the hidden state at row i, position
+  // pos predicts the token at pos + 1.
+  at::Tensor rowStart = at::arange(b, p.pos.options()).mul_(L).unsqueeze(1);
+  at::Tensor where = (rowStart + p.pos).masked_select(p.resp);
+  at::Tensor h =
+      hidden.reshape({b * L, hidden.size(-1)}).index_select(0, where);
+  at::Tensor next = p.ids.reshape({b * L}).index_select(0, where + 1);
+  return model->headLogProbs(h, next, temperature);
+}
+
 at::Tensor packActions(const std::vector<Rollout> &rows,
                        std::vector<float> Rollout::*field, at::Device device) {
   std::vector<float> all;

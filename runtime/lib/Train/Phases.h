@@ -48,6 +48,14 @@ Padded padRollouts(const std::vector<const Rollout *> &rows, int64_t padId,
                    at::Device device);
 /// [b, L-1] (or [b, L]) per-position values -> packed [N] response values.
 at::Tensor gatherResponse(const at::Tensor &perPos, const Padded &p);
+/// The packed [N] log-probabilities of \p p's action tokens under \p model
+/// from its hidden states \p hidden [b, L, H] at \p temperature: the values
+/// of gatherResponse(tokenLogProbs(model->lmHead(hidden), p.ids,
+/// temperature), p), with the head run over the action positions only and
+/// in chunks (headLogProbs), so no [b, L, vocab] logits are made, forward or
+/// backward.
+at::Tensor responseLogProbs(TransformerLM &model, const at::Tensor &hidden,
+                            const Padded &p, double temperature);
 /// The per-response-token floats of \p rows (\p field of each: logp,
 /// entropy) packed as padRollouts packs tokens: actions only.
 at::Tensor packActions(const std::vector<Rollout> &rows,
@@ -229,6 +237,13 @@ void addPlanStats(const TrainerState &s, nlohmann::json &row, PlanStats st);
 /// Score: rollout-time logp and entropy, the critic's values and the
 /// reference's logp.
 Scores score(TrainerState &s, const std::vector<Rollout> &rolls);
+/// The packed [N] log-probabilities of \p rows' action tokens under
+/// \p model at the rollouts' temperature, without autograd: forwards over
+/// groups of rows whose largest per-layer activations (float32 attention
+/// probabilities, the MLP's intermediates) stay near 1 GiB, each through
+/// responseLogProbs (no full logits).
+at::Tensor rolloutLogProbs(TrainerState &s, TransformerLM &model,
+                           const std::vector<const Rollout *> &rows);
 /// The world's mean KL per token in the reward (kl_reward, kl_coef into
 /// \p row); 0 unless the KL is in the reward.
 double rewardKl(TrainerState &s, const Scores &sc, nlohmann::json &row);

@@ -21,30 +21,11 @@ namespace {
 double relabelLogProbs(TrainerState &s, std::vector<Rollout> &rolls) {
   if (!s.models.rollout || rolls.empty())
     return 0.0;
-  // In chunks of rows whose float32 logits stay near 1 GiB: a real
-  // vocabulary's logits over a whole batch would not fit.
-  const int64_t V = s.models.policy->config().vocabSize;
-  std::vector<float> policy;
-  torch::NoGradGuard ng;
-  for (size_t i = 0; i < rolls.size();) {
-    std::vector<const Rollout *> chunk;
-    int64_t L = 1;
-    for (; i < rolls.size(); ++i) {
-      const Rollout &r = rolls[i];
-      int64_t len = static_cast<int64_t>(r.prompt.size() + r.response.size());
-      int64_t rows = static_cast<int64_t>(chunk.size()) + 1;
-      if (!chunk.empty() && rows * std::max(L, len) * V > (int64_t(1) << 28))
-        break;
-      L = std::max(L, len);
-      chunk.push_back(&r);
-    }
-    Padded pd = padRollouts(chunk, s.task.padId, s.device());
-    std::vector<float> part = hostFloats(
-        gatherResponse(tokenLogProbs(s.models.policy->forward(pd.ids, pd.mask),
-                                     pd.ids, s.cfg.rollout.temperature),
-                       pd));
-    policy.insert(policy.end(), part.begin(), part.end());
-  }
+  std::vector<const Rollout *> rows;
+  for (const Rollout &r : rolls)
+    rows.push_back(&r);
+  std::vector<float> policy =
+      hostFloats(rolloutLogProbs(s, s.models.policy, rows));
   double diff = 0;
   size_t k = 0;
   for (Rollout &r : rolls)

@@ -4,7 +4,40 @@
 
 #include "cac/Runtime/Train/Objective.h"
 
+#include <algorithm>
+
 namespace cac::rt::train {
+
+at::Tensor rolloutLogProbs(TrainerState &s, TransformerLM &model,
+                           const std::vector<const Rollout *> &rows) {
+  const ModelConfig &c = model->config();
+  torch::NoGradGuard ng;
+  std::vector<at::Tensor> parts;
+  for (size_t i = 0; i < rows.size();) {
+    std::vector<const Rollout *> group;
+    int64_t L = 1;
+    for (; i < rows.size(); ++i) {
+      int64_t len = static_cast<int64_t>(rows[i]->prompt.size() +
+                                         rows[i]->response.size());
+      int64_t n = static_cast<int64_t>(group.size()) + 1, l = std::max(L, len);
+      double perLayer =
+          4.0 * double(n) * double(l) *
+          double(c.numAttentionHeads * l + 3 * c.intermediateSize);
+      if (!group.empty() && perLayer > double(int64_t(1) << 30))
+        break;
+      L = l;
+      group.push_back(rows[i]);
+    }
+    Padded pd = padRollouts(group, s.task.padId, s.device());
+    parts.push_back(responseLogProbs(model,
+                                     model->forwardHidden(pd.ids, pd.mask), pd,
+                                     s.cfg.rollout.temperature));
+  }
+  if (parts.empty())
+    return at::zeros({0},
+                     at::TensorOptions().dtype(at::kFloat).device(s.device()));
+  return parts.size() == 1 ? parts.front() : at::cat(parts);
+}
 
 Scores score(TrainerState &s, const std::vector<Rollout> &rolls) {
   Scores sc;
@@ -35,10 +68,7 @@ Scores score(TrainerState &s, const std::vector<Rollout> &rolls) {
         at::sigmoid(sc.oldValues.index_select(0, s.onDevice(first, at::kLong)));
   }
   if (m.needReference)
-    sc.refLogp = gatherResponse(
-        tokenLogProbs(m.reference->forward(sc.all.ids, sc.all.mask), sc.all.ids,
-                      s.cfg.rollout.temperature),
-        sc.all);
+    sc.refLogp = rolloutLogProbs(s, m.reference, ptrs);
   return sc;
 }
 

@@ -114,9 +114,7 @@ public:
     const TrainConfig &cfg = s.cfg;
     ModelSet &m = s.models;
     at::Tensor h = m.policy->forwardHidden(pd.ids, pd.mask);
-    logp = gatherResponse(
-        tokenLogProbs(m.policy->lmHead(h), pd.ids, cfg.rollout.temperature),
-        pd);
+    logp = responseLogProbs(m.policy, h, pd, cfg.rollout.temperature);
     ratio = at::exp(logp - a.scores.oldLogp.index_select(0, ti));
     adv = a.adv.index_select(0, ti);
     at::Tensor pg = s.est.objective ? compiledPolicyLoss() : policyLoss();

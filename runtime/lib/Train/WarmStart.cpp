@@ -41,8 +41,8 @@ nlohmann::json sftStep(TrainerState &s, int64_t sftIndex) {
   double numTokens = count[0];
   std::vector<double> part{0.0};
   if (b > 0) {
-    at::Tensor logits = s.models.policy->forward(pd.ids, pd.mask);
-    at::Tensor logp = gatherResponse(tokenLogProbs(logits, pd.ids, 1.0), pd);
+    at::Tensor h = s.models.policy->forwardHidden(pd.ids, pd.mask);
+    at::Tensor logp = responseLogProbs(s.models.policy, h, pd, 1.0);
     at::Tensor loss = -logp.sum() / numTokens;
     loss.backward();
     part[0] = loss.item<double>();

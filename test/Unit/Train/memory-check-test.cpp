@@ -2,10 +2,10 @@
 //
 // estimateActivationMemory against the real thing: the bytes LibTorch's CPU
 // allocator holds at the peak of one update's forward and backward pass (as
-// UpdatePhase.cpp runs it: hidden states, the LM head, token log-probs, a
-// loss, backward), counted by c10's memory reporting, for models whose
-// activations are dominated by each term in turn (the attention's
-// tokens^2, the hidden and MLP widths, the vocabulary).
+// UpdatePhase.cpp runs it: hidden states, the chunked LM head's token
+// log-probs, a loss, backward), counted by c10's memory reporting, for
+// models whose activations are dominated by each term in turn (the
+// attention's tokens^2, the hidden and MLP widths, the vocabulary).
 //
 //===----------------------------------------------------------------------===//
 
@@ -53,7 +53,10 @@ private:
 void forwardBackward(TransformerLM &m, const at::Tensor &ids) {
   at::Tensor mask = at::ones(ids.sizes(), at::kBool);
   at::Tensor h = m->forwardHidden(ids, mask);
-  at::Tensor logp = tokenLogProbs(m->lmHead(h), ids, 1.0);
+  int64_t B = ids.size(0), T = ids.size(1);
+  at::Tensor logp =
+      m->headLogProbs(h.narrow(1, 0, T - 1).reshape({B * (T - 1), -1}),
+                      ids.narrow(1, 1, T - 1).reshape({-1}), 1.0);
   logp.mean().backward();
 }
 
@@ -120,12 +123,17 @@ TEST(ActivationMemory, TheTermsFollowTheShapes) {
                     4.0 * 2 * 4 * 10 * 10;
   EXPECT_EQ(a.layers, 4 * perLayer);
   EXPECT_EQ(a.attention, 2 * 4.0 * 2 * 4 * 10 * 10);
-  EXPECT_EQ(a.logits, 3 * 4.0 * 2 * 10 * 40);
+  EXPECT_EQ(a.logits, 2 * 4.0 * 2 * 10 * 40);
   EXPECT_EQ(a.other, 4.0 * (3 * 20 * 128 + 2 * 20 * 32 + 2 * 10 * 10));
   EXPECT_EQ(a.total(), a.layers + a.attention + a.logits + a.other);
   // A critic model has no logits; twice the rows, twice everything.
   EXPECT_EQ(estimateActivationMemory(c, 4, 2, 10, false).logits, 0);
   EXPECT_EQ(estimateActivationMemory(c, 4, 4, 10, true).total(), 2 * a.total());
+  // A real vocabulary: one chunk's rows, however many the minibatch has
+  // (32 sequences of 576 tokens at Qwen2.5's 151936 tokens: 441 rows).
+  c.vocabSize = 151936;
+  EXPECT_EQ(estimateActivationMemory(c, 4, 32, 576, true).logits,
+            2 * 4.0 * 441 * 151936);
 }
 
 } // namespace

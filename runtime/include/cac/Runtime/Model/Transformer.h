@@ -25,6 +25,7 @@
 #ifndef CAC_RUNTIME_MODEL_TRANSFORMER_H
 #define CAC_RUNTIME_MODEL_TRANSFORMER_H
 
+#include "cac/Runtime/Model/ChunkedLogProbs.h"
 #include "cac/Runtime/Model/Config.h"
 #include "cac/Runtime/Model/KVCache.h"
 #include "cac/Runtime/Model/ModelDtype.h"
@@ -166,6 +167,17 @@ public:
                      const at::Tensor &positions = {});
   /// Logits of hidden states [..., hidden] (the tied embedding or lm_head).
   at::Tensor lmHead(const at::Tensor &hidden);
+  /// The LM head's weight [vocab, hidden]: the tied embedding's or
+  /// lm_head's (the parameter itself, so gradients reach it).
+  at::Tensor headWeight() const;
+  /// Log-probabilities [N] (float32) of \p targets [N] under the head's
+  /// logits of \p hidden [N, hidden] divided by \p temperature: the values
+  /// of tokenLogProbs(lmHead(hidden)) without the [N, vocab] logits, in
+  /// chunks of logProbChunkRows(vocab, \p chunkBytes) rows
+  /// (chunkedTokenLogProbs). Differentiable in \p hidden and the head.
+  at::Tensor headLogProbs(const at::Tensor &hidden, const at::Tensor &targets,
+                          double temperature = 1.0,
+                          int64_t chunkBytes = kLogProbChunkBytes);
   /// Scalar values [...] of hidden states [..., hidden]; throws if the model
   /// has no value head.
   at::Tensor valueHead(const at::Tensor &hidden);

@@ -55,8 +55,9 @@ struct ActivationMemory {
   /// One layer's attention scores while they are computed and while their
   /// gradient is (two score tensors besides the probabilities).
   double attention = 0;
-  /// The logits over the vocabulary in float32, their log-softmax (kept for
-  /// backward) and its gradient; 0 for a critic model.
+  /// One chunk of rows' logits over the vocabulary in float32 and their
+  /// log-softmax (logProbChunkRows: the LM head runs a chunk at a time,
+  /// forward and backward); 0 for a critic model.
   double logits = 0;
   /// The embeddings, the final norm, the rotary tables and the mask bias.
   double other = 0;
