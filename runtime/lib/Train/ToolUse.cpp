@@ -41,30 +41,45 @@ std::optional<ClosedCall> closedCall(const Tokenizer &tok,
 
 constexpr const char *kUnopened = "a closing tag without an opening one";
 
+/// A reply to each call a row's last token closes, as the tool \p answer
+/// gives it; no reply where no call closes, and an empty one (no
+/// observation) once the row has made the spec's max_turns calls.
+template <typename Answer>
+ToolHook answeringCalls(const Tokenizer &tokenizer, const ToolSpec &spec,
+                        Answer answer) {
+  const Tokenizer *tok = &tokenizer;
+  ToolSyntax syntax = spec.syntax;
+  int64_t maxTurns = spec.maxTurns;
+  return [tok, syntax, maxTurns,
+          answer](const GeneratedSequence &row) -> std::optional<ToolReply> {
+    std::optional<ClosedCall> call = closedCall(*tok, syntax, row);
+    if (!call)
+      return std::nullopt;
+    if (row.toolCalls >= maxTurns)
+      return ToolReply(); // past the turn limit: not answered
+    return answer(*call, row);
+  };
+}
+
 } // namespace
 
 ToolHook calculatorTool(const Tokenizer &tokenizer, const ToolSpec &spec) {
   const Tokenizer *tok = &tokenizer;
   ToolSyntax syntax = spec.syntax;
-  int64_t maxTurns = spec.maxTurns;
-  return [tok, syntax,
-          maxTurns](const GeneratedSequence &row) -> std::optional<ToolReply> {
-    std::optional<ClosedCall> call = closedCall(*tok, syntax, row);
-    if (!call)
-      return std::nullopt;
-    ToolReply reply;
-    if (row.toolCalls >= maxTurns)
-      return reply; // past the turn limit: not answered
-    CalculatorResult result;
-    if (call->opened)
-      result = evaluateCalculator(call->expression);
-    else
-      result.error = kUnopened;
-    reply.ok = result.value.has_value();
-    reply.observation =
-        tok->encode(calculatorObservation(result, syntax), false);
-    return reply;
-  };
+  return answeringCalls(
+      tokenizer, spec,
+      [tok, syntax](const ClosedCall &call, const GeneratedSequence &) {
+        CalculatorResult result;
+        if (call.opened)
+          result = evaluateCalculator(call.expression);
+        else
+          result.error = kUnopened;
+        ToolReply reply;
+        reply.ok = result.value.has_value();
+        reply.observation =
+            tok->encode(calculatorObservation(result, syntax), false);
+        return reply;
+      });
 }
 
 std::vector<int64_t> toolAnswerTokens(const Tokenizer &tokenizer,
@@ -89,45 +104,41 @@ ToolHook commandTool(const Tokenizer &tokenizer, const ToolSpec &spec,
   const Tokenizer *tok = &tokenizer;
   ToolCommand *program = &tool;
   ToolSyntax syntax = spec.syntax;
-  int64_t maxTurns = spec.maxTurns;
   auto warned = std::make_shared<bool>(false);
-  return [tok, program, syntax, maxTurns, where,
-          warned](const GeneratedSequence &row) -> std::optional<ToolReply> {
-    std::optional<ClosedCall> call = closedCall(*tok, syntax, row);
-    if (!call)
-      return std::nullopt;
-    ToolReply reply;
-    if (row.toolCalls >= maxTurns)
-      return reply; // past the turn limit: not answered
-    ToolAnswer answer;
-    if (!call->opened) {
-      answer.observation = ToolCommand::failureObservation(kUnopened);
-    } else {
-      try {
-        answer = program->call(call->expression, row.toolCalls + 1,
-                               decodeKnown(*tok, row.prompt));
-      } catch (const std::exception &e) {
-        throw std::runtime_error(where + ": " + e.what());
-      }
-    }
-    reply.observation = toolAnswerTokens(*tok, syntax, answer);
-    reply.ok = answer.ok;
-    reply.failed = !answer.failure.empty();
-    // The first failed call of the run: a program that failed before has
-    // been started again since (a hook is made per sampling pass, so its
-    // own flag only covers the pass).
-    if (reply.failed && !*warned && program->restarts() == 0) {
-      *warned = true;
-      std::cerr << "cac-run: warning: " << where << ": tool command '"
-                << program->options().command << "' failed on a call ("
-                << answer.failure << "); the policy sees '"
-                << answer.observation
-                << "' and the program is started again for the next call; "
-                   "metric tool_failures counts such calls (this warning is "
-                   "printed once)\n";
-    }
-    return reply;
-  };
+  return answeringCalls(
+      tokenizer, spec,
+      [tok, program, syntax, where, warned](const ClosedCall &call,
+                                            const GeneratedSequence &row) {
+        ToolAnswer answer;
+        if (!call.opened) {
+          answer.observation = ToolCommand::failureObservation(kUnopened);
+        } else {
+          try {
+            answer = program->call(call.expression, row.toolCalls + 1,
+                                   decodeKnown(*tok, row.prompt));
+          } catch (const std::exception &e) {
+            throw std::runtime_error(where + ": " + e.what());
+          }
+        }
+        ToolReply reply;
+        reply.observation = toolAnswerTokens(*tok, syntax, answer);
+        reply.ok = answer.ok;
+        reply.failed = !answer.failure.empty();
+        // The first failed call of the run: a program that failed before has
+        // been started again since (a hook is made per sampling pass, so its
+        // own flag only covers the pass).
+        if (reply.failed && !*warned && program->restarts() == 0) {
+          *warned = true;
+          std::cerr
+              << "cac-run: warning: " << where << ": tool command '"
+              << program->options().command << "' failed on a call ("
+              << answer.failure << "); the policy sees '" << answer.observation
+              << "' and the program is started again for the next call; "
+                 "metric tool_failures counts such calls (this warning is "
+                 "printed once)\n";
+        }
+        return reply;
+      });
 }
 
 std::string checkToolTokens(const Tokenizer &tokenizer, const ToolSpec &spec) {
