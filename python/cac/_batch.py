@@ -136,14 +136,16 @@ class Layout:
         return into
 
 
-def _check_rows(counts, what):
-    if bool((counts > 0).all()):
-        return
-    empty = (counts <= 0).nonzero()
-    if empty.numel():
-        b = int(empty[0, 0])
+def _checked_batch(counts, what):
+    """The runtime batch of `counts` tokens per sequence; every sequence
+    needs one (the batch finds the first that has none while it builds its
+    offsets: no tensor operation per call)."""
+    batch = _cac.Batch.from_lengths(counts)
+    b = batch.first_empty_seq
+    if b >= 0:
         raise ValueError(f"{what}: sequence {b} has no action token; every "
                          "sequence needs at least one")
+    return batch
 
 
 def _padded_layout(mask):
@@ -161,10 +163,9 @@ def _padded_layout(mask):
         # the device packs faster than one built from the counts.
         counts = (mask if mask.dtype == torch.bool else mask != 0).sum(dim=1).cpu()
         right_padded = False
-    _check_rows(counts, "mask")
     # The package packs and unpacks itself (Layout.pack), so the runtime's
     # batch needs the lengths only, not a copy of the mask.
-    return Layout(_cac.Batch.from_lengths(counts), True, mask.device, mask,
+    return Layout(_checked_batch(counts, "mask"), True, mask.device, mask,
                   counts, right_padded)
 
 
@@ -189,8 +190,8 @@ def _packed_layout(lengths, offsets):
         _check_device_kind("lengths", lengths)
         device = lengths.device
         lengths = lengths.cpu()
-    _check_rows(lengths, "lengths" if offsets is None else "offsets")
-    return Layout(_cac.Batch.from_lengths(lengths.long()), False, device)
+    batch = _checked_batch(lengths, "lengths" if offsets is None else "offsets")
+    return Layout(batch, False, device)
 
 
 def make_layout(kw):

@@ -27,6 +27,12 @@ class Estimator:
         b = self._interface()
         self.name = b.name
         self._buffers = b.buffers
+        # Read once: a call looks them up per input and output.
+        self._input_specs = [x for x in self._buffers if x["role"] == "input"]
+        self._domains = {x["name"]: x["domain"] for x in self._buffers}
+        self._output_names = tuple(
+            x["name"] for x in self._buffers
+            if x["role"] == "output" and not x["name"].startswith("_"))
         self._needs_groups = b.needs_groups
         self._needs_tree = b.needs_tree
         self._declared = dict(b.params)
@@ -51,8 +57,7 @@ class Estimator:
     @property
     def outputs(self):
         """{name: domain} of what a call returns."""
-        return {b["name"]: b["domain"] for b in self._buffers
-                if b["role"] == "output" and not b["name"].startswith("_")}
+        return {name: self._domains[name] for name in self._output_names}
 
     @property
     def params(self):
@@ -141,11 +146,10 @@ class Estimator:
         out = _out.check_names(self, out)
         res, layout = self._run(inputs, self._params, threads, out=out)
         return {name: self._to_caller(name, res[name], layout, out.get(name))
-                for name in self.outputs}
+                for name in self._output_names}
 
     def _to_caller(self, name, t, layout, into=None):
-        domain = next(b["domain"] for b in self._buffers if b["name"] == name)
-        if domain in ("token", "seg"):
+        if self._domains[name] in ("token", "seg"):
             return layout.to_caller(t, into)
         if into is None:
             return t
@@ -192,7 +196,7 @@ class Estimator:
         return out, layout
 
     def _inputs(self):
-        return [b for b in self._buffers if b["role"] == "input"]
+        return self._input_specs
 
     def _structure(self, kw, layout):
         """Groups and the rollout tree, when the bundle needs them."""
@@ -259,9 +263,13 @@ class Estimator:
         return _DOMAIN_SHAPE.get(domain, domain)
 
     def _check_shape(self, name, domain, x, layout):
-        want = {"token": layout.token_shape(), "seq": (layout.B,),
-                "group": (layout.batch.num_groups,),
-                "node": (layout.batch.num_nodes,)}[domain]
+        if domain == "seq":
+            want = (layout.B,)
+        elif domain == "token":
+            want = layout.token_shape()
+        else:
+            want = ((layout.batch.num_groups,) if domain == "group"
+                    else (layout.batch.num_nodes,))
         if tuple(x.shape) != want:
             raise ValueError(f"{self.name}: input '{name}' ({domain}): "
                              f"expected {self._expected(domain, layout)}, got "

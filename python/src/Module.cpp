@@ -90,7 +90,9 @@ void bindBatch(py::module_ &m) {
       .def(
           "to",
           [](const PackedBatch &b, const std::string &device,
-             bool nonBlocking) { return b.to(at::Device(device), nonBlocking); },
+             bool nonBlocking) {
+            return b.to(at::Device(device), nonBlocking);
+          },
           py::arg("device"), py::arg("non_blocking") = false,
           "A copy whose structure arrays live on device.")
       .def("pack", &PackedBatch::pack, py::arg("padded"))
@@ -101,6 +103,7 @@ void bindBatch(py::module_ &m) {
       .def_property_readonly("num_tokens", &PackedBatch::numTokens)
       .def_property_readonly("num_nodes", &PackedBatch::numNodes)
       .def_property_readonly("max_length", &PackedBatch::maxLength)
+      .def_property_readonly("first_empty_seq", &PackedBatch::firstEmptySeq)
       .def_property_readonly("seq_offsets", &PackedBatch::seqOffsets)
       .def_property_readonly("lengths", &PackedBatch::lengths)
       .def_property_readonly("group_ids", &PackedBatch::groupIds);

@@ -4,6 +4,7 @@
 #include "cac/Runtime/Kernels/Manifest.h"
 
 #include <algorithm>
+#include <cstring>
 #include <limits>
 #include <string>
 
@@ -13,13 +14,16 @@ namespace {
 
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 
+/// A CPU tensor holding a copy of `v`. One allocation and a memcpy: the
+/// structure of a small batch is built per estimator call, where
+/// from_blob + clone cost more than the kernels of a short batch.
 template <typename T>
 at::Tensor toTensor(const std::vector<T> &v, at::ScalarType type) {
-  // from_blob does not own the memory: clone so the tensor does.
-  return at::from_blob(const_cast<T *>(v.data()),
-                       {static_cast<int64_t>(v.size())},
-                       at::TensorOptions().dtype(type))
-      .clone();
+  at::Tensor t = at::empty({static_cast<int64_t>(v.size())},
+                           at::TensorOptions().dtype(type));
+  if (!v.empty())
+    std::memcpy(t.data_ptr(), v.data(), v.size() * sizeof(T));
+  return t;
 }
 
 /// A CPU int64 copy of an integer tensor, rejecting other dtypes.
@@ -45,6 +49,10 @@ std::string shapeOf(const at::Tensor &t) {
 
 PackedBatch::PackedBatch() { setLengths({}); }
 
+PackedBatch::PackedBatch(const std::vector<int64_t> &lengths) {
+  setLengths(lengths);
+}
+
 void PackedBatch::setLengths(const std::vector<int64_t> &lengths) {
   numSeqs_ = static_cast<int64_t>(lengths.size());
   if (numSeqs_ > kInt32Max)
@@ -53,6 +61,7 @@ void PackedBatch::setLengths(const std::vector<int64_t> &lengths) {
   std::vector<int32_t> offsets(lengths.size() + 1, 0);
   int64_t total = 0;
   maxLength_ = 0;
+  firstEmptySeq_ = -1;
   for (size_t b = 0; b < lengths.size(); ++b) {
     if (lengths[b] < 0)
       throw BundleError("batch: sequence " + std::to_string(b) +
@@ -63,6 +72,8 @@ void PackedBatch::setLengths(const std::vector<int64_t> &lengths) {
                         "seq_offsets");
     offsets[b + 1] = static_cast<int32_t>(total);
     maxLength_ = std::max(maxLength_, lengths[b]);
+    if (lengths[b] == 0 && firstEmptySeq_ < 0)
+      firstEmptySeq_ = static_cast<int64_t>(b);
   }
   numTokens_ = total;
   seqOffsets_ = toTensor(offsets, at::kInt);
@@ -86,9 +97,7 @@ void PackedBatch::setLengths(const std::vector<int64_t> &lengths) {
 }
 
 PackedBatch PackedBatch::fromLengths(const std::vector<int64_t> &lengths) {
-  PackedBatch batch;
-  batch.setLengths(lengths);
-  return batch;
+  return PackedBatch(lengths);
 }
 
 PackedBatch PackedBatch::fromLengths(const at::Tensor &lengths) {

@@ -41,6 +41,9 @@ TEST(PackedBatch, FromLengths) {
   EXPECT_EQ(vec(b.groupOffsets()), (std::vector<int64_t>{0, 3}));
   EXPECT_EQ(vec(b.groupMembers()), (std::vector<int64_t>{0, 1, 2}));
   EXPECT_EQ(vec(b.tokenSeq()), (std::vector<int64_t>{0, 0, 0, 2, 2}));
+  EXPECT_EQ(b.firstEmptySeq(), 1);
+  EXPECT_EQ(PackedBatch::fromLengths(ints({0, 0, 1})).firstEmptySeq(), 0);
+  EXPECT_EQ(PackedBatch::fromLengths(ints({4, 1, 2})).firstEmptySeq(), -1);
 }
 
 TEST(PackedBatch, EmptyBatch) {
@@ -49,6 +52,8 @@ TEST(PackedBatch, EmptyBatch) {
   EXPECT_EQ(b.numGroups(), 0);
   EXPECT_EQ(vec(b.seqOffsets()), (std::vector<int64_t>{0}));
   EXPECT_EQ(vec(b.groupOffsets()), (std::vector<int64_t>{0}));
+  EXPECT_EQ(b.firstEmptySeq(), -1);
+  EXPECT_EQ(vec(PackedBatch().seqOffsets()), (std::vector<int64_t>{0}));
 }
 
 TEST(PackedBatch, RejectsBadLengths) {

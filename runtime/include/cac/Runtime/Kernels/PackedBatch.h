@@ -63,6 +63,8 @@ public:
   bool hasGroups() const { return hasGroups_; }
   /// Longest sequence (the T of unpack()).
   int64_t maxLength() const { return maxLength_; }
+  /// The first sequence with no token, -1 when every one has some.
+  int64_t firstEmptySeq() const { return firstEmptySeq_; }
 
   const at::Tensor &seqOffsets() const { return seqOffsets_; }     ///< [B+1]
   const at::Tensor &seqGroup() const { return seqGroup_; }         ///< [B]
@@ -97,10 +99,11 @@ public:
   at::Tensor tokenSeq() const;
 
 private:
+  explicit PackedBatch(const std::vector<int64_t> &lengths);
   void setLengths(const std::vector<int64_t> &lengths);
 
   int64_t numSeqs_ = 0, numGroups_ = 1, numTokens_ = 0, numNodes_ = 0;
-  int64_t maxLength_ = 0;
+  int64_t maxLength_ = 0, firstEmptySeq_ = -1;
   bool hasGroups_ = false;
   at::Tensor seqOffsets_, seqGroup_, groupOffsets_, groupMembers_, groupIds_;
   at::Tensor nodeParent_, tokenNode_, lengths_, mask_;
