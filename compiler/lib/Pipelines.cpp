@@ -32,8 +32,15 @@ static cac::CacLowerKernelsOptions lowerOptions(StringRef target,
   return l;
 }
 
-static void addLlvmLowering(OpPassManager &pm) {
-  pm.addPass(createCanonicalizerPass());
+/// The kernels' SCF/arith/LLVM-dialect IR to the LLVM dialect. `canonicalize`
+/// is off for the simulated GPU: its block kernels hold long flat loop bodies
+/// (a warp shuffle is a store, two barrier calls and a load), and MLIR's
+/// greedy rewriter re-checks a whole body for deadness whenever an op inside
+/// it changes, which took 13 of the 14 s of the rank kernel's lowering. The
+/// JIT's LLVM -O3 does the same folding in a fraction of that.
+static void addLlvmLowering(OpPassManager &pm, bool canonicalize = true) {
+  if (canonicalize)
+    pm.addPass(createCanonicalizerPass());
   pm.addPass(createCSEPass());
   pm.addPass(createLoopInvariantCodeMotionPass());
   pm.addPass(createConvertSCFToCFPass());
@@ -52,7 +59,7 @@ void cac::buildCudaSimPipeline(OpPassManager &pm,
                                const KernelOptions &options) {
   addKernelPipeline(pm, options);
   pm.addPass(createCacLowerKernels(lowerOptions("cuda-sim", options)));
-  addLlvmLowering(pm);
+  addLlvmLowering(pm, /*canonicalize=*/false);
 }
 
 void cac::buildCpuPipeline(OpPassManager &pm) {
