@@ -6,6 +6,7 @@
 
 #include "llvm/ADT/ScopeExit.h"
 
+#include <csetjmp>
 #include <numeric>
 #include <sys/mman.h>
 #include <ucontext.h>
@@ -28,7 +29,10 @@ namespace {
 
 /// The threads of one simulated GPU block, run cooperatively on the calling
 /// OS thread: each has its own stack (ucontext), runs until it reaches a
-/// barrier or returns, and the next one runs. A warp barrier (inside a
+/// barrier or returns, and the next one runs. A thread starts with
+/// setcontext; every later switch is _setjmp/_longjmp, which keep the
+/// signal mask and so make no system call (swapcontext makes one per switch,
+/// a third of the simulation's time). A warp barrier (inside a
 /// shuffle) releases a warp once all its threads wait there; a block barrier
 /// releases the block once every thread waits there. When nothing can be
 /// released and not every thread has returned, the threads reached
@@ -68,18 +72,20 @@ public:
       getcontext(&s.ctx);
       s.ctx.uc_stack.ss_sp = static_cast<char *>(mem) + page;
       s.ctx.uc_stack.ss_size = kStackBytes;
-      s.ctx.uc_link = &scheduler;
+      s.ctx.uc_link = nullptr;
       makecontext(&s.ctx, &SimBlock::entry, 0);
     }
     const size_t n = sims.size(), warp = std::min<size_t>(32, n);
     std::vector<size_t> ready(n);
     std::iota(ready.begin(), ready.end(), size_t(0));
-    uint64_t state = 0x9e3779b97f4a7c15ULL;
-    auto random = [&] { // xorshift64
-      state ^= state << 13;
-      state ^= state >> 7;
-      state ^= state << 17;
-      return state;
+    // A member, not a local: GCC cannot tell that the loop's _setjmp calls
+    // leave a local that the loop changes intact (-Wclobbered).
+    rng = 0x9e3779b97f4a7c15ULL;
+    auto random = [this] { // xorshift64
+      rng ^= rng << 13;
+      rng ^= rng >> 7;
+      rng ^= rng << 17;
+      return rng;
     };
     for (;;) {
       // Run a random ready thread to its next barrier or its end; a warp
@@ -93,7 +99,13 @@ public:
         Sim &s = sims[i];
         current = i;
         s.state = State::Running;
-        swapcontext(&scheduler, &s.ctx); // back at a barrier or the end
+        if (_setjmp(scheduler) == 0) { // back here at a barrier or the end
+          if (!s.started) {
+            s.started = true;
+            setcontext(&s.ctx);
+          }
+          _longjmp(s.jmp, 1);
+        }
         if (s.state != State::AtWarp)
           continue;
         size_t w = i - i % warp, end = std::min(n, w + warp);
@@ -134,31 +146,37 @@ private:
   void waitAs(State at) {
     Sim &s = sims[current];
     s.state = at;
-    swapcontext(&s.ctx, &scheduler);
+    if (_setjmp(s.jmp) == 0)
+      _longjmp(scheduler, 1);
   }
 
   struct Sim {
-    ucontext_t ctx;
+    ucontext_t ctx;   // the thread's start, on its own stack
+    std::jmp_buf jmp; // where it waits at a barrier
     void *stack = nullptr;
     State state = State::Ready;
+    bool started = false;
   };
   // The kernels keep a few scalars per thread; 256 KiB is far more than
   // they use, mapped lazily.
   static constexpr size_t kStackBytes = size_t(256) << 10;
   static size_t pageBytes() { return size_t(sysconf(_SC_PAGESIZE)); }
 
+  /// A thread's start; it never returns (its stack has no caller).
   static void entry() {
     SimBlock &b = *active;
     size_t tid = b.current;
     b.body(int64_t(tid), &b);
-    b.sims[tid].state = State::Exited; // uc_link returns to the scheduler
+    b.sims[tid].state = State::Exited;
+    _longjmp(b.scheduler, 1);
   }
 
   static thread_local SimBlock *active;
   llvm::function_ref<void(int64_t, void *)> body;
   std::vector<Sim> sims;
-  ucontext_t scheduler;
+  std::jmp_buf scheduler;
   size_t current = 0;
+  uint64_t rng = 0;
 };
 
 thread_local SimBlock *SimBlock::active = nullptr;
