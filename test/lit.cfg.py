@@ -7,8 +7,10 @@
 # or `ctest -R lit` / `ninja check-cac` in the build directory.
 
 import os
+import platform
 import shutil
 import subprocess
+import sys
 import tempfile
 
 import lit.formats
@@ -72,6 +74,12 @@ for cand in (config.ptxas_executable,
 if ptxas:
     config.available_features.add("ptxas")
     config.substitutions.append(("%ptxas", ptxas))
+
+# The CPU kernels call glibc's vector math library (libmvec) on x86-64 Linux
+# with glibc, as compiler/lib/Target/HostOptimizer.cpp decides.
+if (platform.machine() == "x86_64" and sys.platform.startswith("linux")
+        and platform.libc_ver()[0] == "glibc"):
+    config.available_features.add("libmvec")
 
 def eager_works():
     """True when `cac eval --backend eager` runs a tiny batch."""

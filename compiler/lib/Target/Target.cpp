@@ -2,6 +2,8 @@
 
 #include "cac/Target/Target.h"
 
+#include "HostOptimizer.h"
+
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/ExecutionEngine/ExecutionEngine.h"
 #include "mlir/ExecutionEngine/OptUtils.h"
@@ -77,12 +79,7 @@ static std::unique_ptr<llvm::Module> translate(ModuleOp module,
     return llvmModule;
   }
   ExecutionEngine::setupTargetTripleAndDataLayout(llvmModule.get(), tm->get());
-  auto opt = makeOptimizingTransformer(3, 0, tm->get());
-  if (auto err = opt(llvmModule.get())) {
-    llvm::consumeError(std::move(err));
-    module.emitError("LLVM optimization failed");
-    return nullptr;
-  }
+  cac::optimizeForHost(*llvmModule, **tm);
   return llvmModule;
 }
 
@@ -124,6 +121,11 @@ LogicalResult cac::emitSharedObject(ModuleOp module, llvm::StringRef soPath) {
       return module.emitError("cannot write ") << objPath << ": "
                                                << ec.message();
     llvm::legacy::PassManager pm;
+    // The code generator's ReplaceWithVeclib maps the vector math
+    // intrinsics that no loop vectorizer call replaced (an SLP-vectorized
+    // exp) to the same library.
+    pm.add(new llvm::TargetLibraryInfoWrapperPass(
+        cac::hostLibraryInfo(llvm::Triple(triple))));
     if (tm->addPassesToEmitFile(pm, out, nullptr,
                                 llvm::CodeGenFileType::ObjectFile))
       return module.emitError("the target cannot emit object files");
@@ -132,8 +134,10 @@ LogicalResult cac::emitSharedObject(ModuleOp module, llvm::StringRef soPath) {
   auto cc = llvm::sys::findProgramByName("cc");
   if (!cc)
     return module.emitError("no C compiler (cc) to link ") << soPath;
-  llvm::SmallVector<llvm::StringRef> args = {*cc,      "-shared", "-o",
-                                             soPath,   objPath,   "-lm"};
+  llvm::SmallVector<llvm::StringRef> args = {*cc,    "-shared", "-o",
+                                             soPath, objPath,   "-lm"};
+  if (cac::hostUsesLibmvec(llvm::Triple(triple)))
+    args.push_back("-lmvec");
   std::string msg;
   int rc = llvm::sys::ExecuteAndWait(*cc, args, std::nullopt, {}, 0, 0, &msg);
   llvm::sys::fs::remove(objPath);
