@@ -1,6 +1,7 @@
 //===- Transformer.cpp - Llama/Qwen2 decoder ------------------------------===//
 
 #include "cac/Runtime/Model/Transformer.h"
+#include "cac/Runtime/Model/LayerCheckpoint.h"
 #include "cac/Runtime/Model/ShapeString.h"
 
 #include <torch/nn/init.h>
@@ -27,6 +28,16 @@ at::Tensor rotateHalf(const at::Tensor &x) {
   return at::cat({-x.narrow(-1, half, half), x.narrow(-1, 0, half)}, -1);
 }
 
+/// \p w in \p x's dtype: itself when they agree (so a model computing in
+/// its weights' dtype runs the same operations as ever), else a
+/// differentiable cast, whose backward brings the gradient back to the
+/// weight's dtype (a bfloat16 compute over float32 master weights).
+at::Tensor inDtypeOf(const at::Tensor &w, const at::Tensor &x) {
+  if (!w.defined() || w.scalar_type() == x.scalar_type())
+    return w;
+  return w.to(x.scalar_type());
+}
+
 } // namespace
 
 //===----------------------------------------------------------------------===//
@@ -50,7 +61,7 @@ LinearImpl::LinearImpl(int64_t in, int64_t out, bool withBias,
 }
 
 at::Tensor LinearImpl::forward(const at::Tensor &x) {
-  return at::linear(x, weight, bias);
+  return at::linear(x, inDtypeOf(weight, x), inDtypeOf(bias, x));
 }
 
 EmbeddingImpl::EmbeddingImpl(int64_t rows, int64_t dim,
@@ -76,7 +87,7 @@ RMSNormImpl::RMSNormImpl(int64_t dim, double eps, const Uninitialized &uninit)
 at::Tensor RMSNormImpl::forward(const at::Tensor &x) {
   at::Tensor h = x.to(at::kFloat);
   h = h * at::rsqrt(h.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return weight * h.to(x.scalar_type());
+  return inDtypeOf(weight, x) * h.to(x.scalar_type());
 }
 
 AttentionImpl::AttentionImpl(const ModelConfig &c, int64_t layerIndex,
@@ -303,6 +314,18 @@ at::ScalarType TransformerLMImpl::dtype() const {
   return model->embed_tokens->weight.scalar_type();
 }
 
+void TransformerLMImpl::setComputeDtype(at::ScalarType dtype) {
+  if (dtype != at::ScalarType::Undefined && !at::isFloatingType(dtype))
+    throw std::runtime_error(
+        "TransformerLM: a compute dtype must be floating point, not " +
+        modelDtypeName(dtype));
+  computeDtype_ = dtype;
+}
+
+at::ScalarType TransformerLMImpl::computeDtype() const {
+  return computeDtype_ == at::ScalarType::Undefined ? dtype() : computeDtype_;
+}
+
 void TransformerLMImpl::setFusedAttention(bool fused) {
   if (fused && !fusedAttentionAvailable())
     throw std::runtime_error("TransformerLM: fused attention needs LibTorch 2 "
@@ -460,14 +483,22 @@ at::Tensor TransformerLMImpl::forwardHidden(const at::Tensor &inputIds,
     positions = positions.clamp_min(0);
   }
 
-  at::ScalarType dtype = model->embed_tokens->weight.scalar_type();
+  // A KV cache holds the weights' dtype: cached passes compute in it.
+  at::ScalarType dtype = cache ? this->dtype() : computeDtype();
   int64_t past = cache ? cache->length() : 0;
   at::Tensor keyMask = cache ? cache->beginStep(mask) : mask;
   at::Tensor bias = attentionBias(keyMask, past, T, dtype);
   auto [cos, sin] = rope(positions, dtype);
   at::Tensor h = model->embed_tokens(ids);
+  if (h.scalar_type() != dtype)
+    h = h.to(dtype);
+  // Checkpoints only where a backward pass will follow (a graph is being
+  // recorded); a cached pass never trains.
+  bool checkpoint =
+      checkpointing_ && !cache && at::GradMode::is_enabled();
   for (auto &block : model->blocks)
-    h = block(h, cos, sin, bias, cache);
+    h = checkpoint ? checkpointedLayer(block, h, cos, sin, bias)
+                   : block(h, cos, sin, bias, cache);
   if (cache)
     cache->endStep(mask);
   return model->norm(h);
@@ -475,7 +506,8 @@ at::Tensor TransformerLMImpl::forwardHidden(const at::Tensor &inputIds,
 
 at::Tensor TransformerLMImpl::lmHead(const at::Tensor &hidden) {
   if (config_.tieWordEmbeddings)
-    return at::matmul(hidden, model->embed_tokens->weight.t());
+    return at::matmul(hidden,
+                      inDtypeOf(model->embed_tokens->weight, hidden).t());
   return lm_head(hidden);
 }
 
@@ -489,14 +521,17 @@ at::Tensor TransformerLMImpl::headLogProbs(const at::Tensor &hidden,
                                            double temperature,
                                            int64_t chunkBytes) {
   return chunkedTokenLogProbs(
-      hidden, headWeight(), targets, temperature,
+      hidden, inDtypeOf(headWeight(), hidden), targets, temperature,
       logProbChunkRows(config_.vocabSize, chunkBytes));
 }
 
 at::Tensor TransformerLMImpl::valueHead(const at::Tensor &hidden) {
   if (!hasValueHead())
     throw std::runtime_error("TransformerLM: the model has no value head");
-  return value_head(hidden).squeeze(-1);
+  // float32 whatever the compute dtype: the estimator and the value loss
+  // read the values in float32.
+  at::Tensor v = value_head(hidden).squeeze(-1);
+  return v.scalar_type() == at::kFloat ? v : v.to(at::kFloat);
 }
 
 at::Tensor TransformerLMImpl::forward(const at::Tensor &inputIds,

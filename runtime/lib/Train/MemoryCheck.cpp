@@ -101,25 +101,32 @@ RolloutMemory estimateRolloutMemory(const ModelConfig &c, int64_t dtypeBytes,
 
 ActivationMemory estimateActivationMemory(const ModelConfig &c,
                                           int64_t dtypeBytes, int64_t rows,
-                                          int64_t tokens, bool logits) {
+                                          int64_t tokens, bool logits,
+                                          bool checkpointed) {
   const double d = double(dtypeBytes), B = double(rows), T = double(tokens);
   const double bt = B * T, H = double(c.hiddenSize);
   const double hd = double(c.headDimension());
   const double hq = double(c.numAttentionHeads) * hd;
   const double hkv = double(c.numKeyValueHeads) * hd;
   const double F = double(c.intermediateSize);
-  // softmax(.., kFloat) keeps float32 probabilities whatever the dtype.
+  // softmax(.., kFloat) keeps float32 probabilities whatever the dtype;
+  // in another dtype the matmul keeps their copy in it too.
   const double scores = B * double(c.numAttentionHeads) * T * T;
+  const double probs = 4 * scores + (d != 4 ? d * scores : 0);
   ActivationMemory m;
-  // Per layer (Transformer.cpp): each RMSNorm keeps its normalized input and
-  // its output (2 x 2 H), and the residual after the attention and the
-  // layer's output are kept by the next norm (2 H); the attention keeps the
-  // scaled queries and its output before o_proj (2 Hq), the keys and values
-  // as the matmuls' contiguous copies (2 Hkv; RoPE's intermediates are
-  // freed) and the probabilities; the MLP keeps gate, silu(gate), up and
-  // their product (4 F).
-  m.layers = double(c.numHiddenLayers) *
-             (d * bt * (6 * H + 2 * hq + 2 * hkv + 4 * F) + 4 * scores);
+  // Per layer (Transformer.cpp): each RMSNorm keeps its input in float32
+  // (the input itself in float32), its normalized input and its output
+  // (2 x (4 + 2 d) H bytes; the residuals are these inputs); the attention
+  // keeps the scaled queries and its output before o_proj (2 Hq), the keys
+  // and values as the matmuls' contiguous copies (2 Hkv; RoPE's
+  // intermediates are freed) and the probabilities; the MLP keeps gate,
+  // silu(gate), up and their product (4 F).
+  const double perLayer =
+      bt * (2 * (4 + 2 * d) * H + d * (2 * hq + 2 * hkv + 4 * F)) + probs;
+  // Checkpointed, each layer keeps its input; the backward pass holds one
+  // layer's saved tensors again while it recomputes and differentiates it.
+  m.layers = checkpointed ? double(c.numHiddenLayers) * d * bt * H + perLayer
+                          : double(c.numHiddenLayers) * perLayer;
   // The scores and scores + bias before the softmax; backward, the
   // probabilities' gradient and the scores'.
   m.attention = 2 * 4 * scores;
@@ -132,6 +139,21 @@ ActivationMemory estimateActivationMemory(const ModelConfig &c,
   // and the attention's mask bias (rows x tokens^2).
   m.other = d * (3 * bt * H + 2 * bt * hd + B * T * T);
   return m;
+}
+
+double weightCastMemory(const ModelConfig &c, int64_t dtypeBytes,
+                        bool checkpointed) {
+  if (dtypeBytes == kParameterBytes)
+    return 0;
+  const double d = double(dtypeBytes);
+  const double head = double(c.vocabSize) * double(c.hiddenSize);
+  const double layer =
+      (c.numParameters() - head * (c.tieWordEmbeddings ? 1 : 2)) /
+      std::max<double>(double(c.numHiddenLayers), 1);
+  // The passes' casts of the weights to the compute dtype live as long as
+  // the tensors their products keep: every layer's, or with checkpoints
+  // the layer being recomputed's, and the LM head's throughout.
+  return d * (checkpointed ? head + layer : c.numParameters());
 }
 
 void checkRolloutMemory(const TrainerState &s, int64_t rlIndex,
@@ -167,9 +189,6 @@ void checkRolloutMemory(const TrainerState &s, int64_t rlIndex,
 }
 
 namespace {
-
-/// The parameters' dtype of every model the runtime trains (float32).
-constexpr int64_t kParameterBytes = 4;
 
 /// One model's share: "the policy's 1.54e+09 float32 parameters: weights
 /// 5.74 GiB, gradients ..." and its bytes.
@@ -220,13 +239,18 @@ ActivationNeed activationNeed(const TrainerState &s, const ModelConfig &policy,
   need.rows = (sequences + share - 1) / share;
   int64_t tokens = std::min(promptTokens + cfg.rollout.maxTokens,
                             policy.maxPositionEmbeddings);
-  need.bytes = estimateActivationMemory(policy, kParameterBytes, need.rows,
-                                        tokens, /*logits=*/true)
-                   .total();
+  const int64_t d =
+      static_cast<int64_t>(c10::elementSize(parseModelDtype(cfg.updateDtype)));
+  const bool ckpt = cfg.activationCheckpointing;
+  need.bytes = estimateActivationMemory(policy, d, need.rows, tokens,
+                                        /*logits=*/true, ckpt)
+                   .total() +
+               weightCastMemory(policy, d, ckpt);
   if (critic)
-    need.bytes += estimateActivationMemory(*critic, kParameterBytes, need.rows,
-                                           tokens, false)
-                      .total();
+    need.bytes +=
+        estimateActivationMemory(*critic, d, need.rows, tokens, false, ckpt)
+            .total() +
+        weightCastMemory(*critic, d, ckpt);
   std::ostringstream msg;
   msg << "the update's activations for a minibatch of " << need.rows
       << " sequences of " << tokens << " tokens (" << promptTokens
@@ -234,6 +258,10 @@ ActivationNeed activationNeed(const TrainerState &s, const ModelConfig &policy,
   if (tokens < promptTokens + cfg.rollout.maxTokens)
     msg << ", cut to the policy's " << policy.maxPositionEmbeddings
         << " positions";
+  if (d != kParameterBytes)
+    msg << "; computed in " << cfg.updateDtype;
+  if (ckpt)
+    msg << "; checkpointed layers";
   msg << "): " << formatGiB(need.bytes);
   need.text = msg.str();
   return need;
@@ -277,7 +305,10 @@ void checkTrainingMemory(const TrainerState &s, const ModelConfig &policy,
   if (act.bytes > models)
     msg << "use fewer sequences per minibatch (prompts " << cfg.prompts << " x "
         << rowsPerPrompt(cfg.rollout) << " rollouts / minibatches "
-        << cfg.minibatches << ") or fewer new tokens (max_tokens)";
+        << cfg.minibatches << ") or fewer new tokens (max_tokens)"
+        << (cfg.activationCheckpointing ? ""
+                                        : ", or activation_checkpointing = "
+                                          "true");
   else
     msg << "use a smaller model (fewer layers) or a device with more memory";
   throw TrainError(msg.str());

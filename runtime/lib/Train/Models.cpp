@@ -111,6 +111,13 @@ TransformerLM makeModel(const TaskSource &task, const ModelSpec &m,
   return loadPretrained(m.path, lo);
 }
 
+void setUpdateOptions(TransformerLM &model, const TrainConfig &cfg) {
+  at::ScalarType dtype = parseModelDtype(cfg.updateDtype);
+  model->setComputeDtype(dtype == model->dtype() ? at::ScalarType::Undefined
+                                                 : dtype);
+  model->setActivationCheckpointing(cfg.activationCheckpointing);
+}
+
 ModelConfig modelConfig(const TaskSource &task, const ModelSpec &m) {
   if (m.kind == ModelSpec::Kind::Builtin)
     return builtinConfig(*task.tokenizer, m);
@@ -186,6 +193,8 @@ void enterRl(TrainerState &s) {
   if (m.needReference) {
     m.reference = cloneArchitecture(m.policy, s.device());
     copyWeights(m.reference, m.policy);
+    // The reference's log-probabilities computed as the policy's are.
+    setUpdateOptions(m.reference, s.cfg);
     m.reference->eval();
     for (auto &p : m.reference->parameters())
       p.set_requires_grad(false);

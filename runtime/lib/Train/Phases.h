@@ -74,6 +74,10 @@ std::vector<float> hostFloats(const at::Tensor &t);
 /// free memory checked first, availableMemory).
 TransformerLM makeModel(const TaskSource &task, const ModelSpec &m,
                         bool valueHead, at::Device device);
+/// Applies the file's update_dtype and activation_checkpointing to \p model
+/// (the policy, a critic model, the reference): how its passes over whole
+/// sequences compute and what its training passes keep.
+void setUpdateOptions(TransformerLM &model, const TrainConfig &cfg);
 /// The config makeModel builds \p m from (a folder's config.json read
 /// alone), to check what it needs before allocating it.
 ModelConfig modelConfig(const TaskSource &task, const ModelSpec &m);

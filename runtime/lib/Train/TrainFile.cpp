@@ -173,6 +173,36 @@ std::vector<std::pair<std::string, Handler>> fieldTable(Checker &c,
            cfg.float32MatmulPrecision = *s;
          return s.has_value();
        }},
+      {"update_dtype",
+       [&](const Value &v) {
+         auto s = c.string(v, "'update_dtype'");
+         if (!s)
+           return false;
+         std::string name;
+         try {
+           name = canonicalModelDtype(*s);
+         } catch (const std::exception &e) {
+           diag.error(v.loc, std::string("'update_dtype': ") + e.what());
+           return false;
+         }
+         if (name == "float16") {
+           // A float16 backward underflows without loss scaling, which
+           // the update has not.
+           diag.error(v.loc, "'update_dtype': float16 needs loss scaling, "
+                             "which the update has not; use float32 or "
+                             "bfloat16");
+           return false;
+         }
+         cfg.updateDtype = name;
+         return true;
+       }},
+      {"activation_checkpointing",
+       [&](const Value &v) {
+         auto b = c.boolean(v, "'activation_checkpointing'");
+         if (b)
+           cfg.activationCheckpointing = *b;
+         return b.has_value();
+       }},
   };
 }
 

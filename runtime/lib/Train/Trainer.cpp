@@ -112,12 +112,17 @@ struct Trainer::Impl : TrainerState {
   bool loadTaskAndModels(DiagnosticEngine &diag) {
     if (!task.load(cfg, diag))
       return false;
-    try {
-      checkModelDtype(parseModelDtype(cfg.rolloutDtype), device());
-    } catch (const std::exception &e) {
-      diag.error(cfg.locOf("rollout_dtype"),
-                 std::string("'rollout_dtype': ") + e.what());
-      return false;
+    for (const char *field : {"rollout_dtype", "update_dtype"}) {
+      const std::string &name = std::string(field) == "rollout_dtype"
+                                    ? cfg.rolloutDtype
+                                    : cfg.updateDtype;
+      try {
+        checkModelDtype(parseModelDtype(name), device());
+      } catch (const std::exception &e) {
+        diag.error(cfg.locOf(field),
+                   "'" + std::string(field) + "': " + e.what());
+        return false;
+      }
     }
     torch::manual_seed(cfg.seed);
     ModelSet &m = models;
@@ -150,6 +155,9 @@ struct Trainer::Impl : TrainerState {
     m.policy->to(device());
     if (m.critic)
       m.critic->to(device());
+    for (TransformerLM *model : {&m.policy, &m.critic})
+      if (*model)
+        setUpdateOptions(*model, cfg);
     for (auto [model, spec] :
          {std::pair<TransformerLM *, const ModelSpec *>{&m.policy, &cfg.model},
           {&m.critic, &cfg.critic.model}}) {

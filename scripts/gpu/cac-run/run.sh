@@ -166,7 +166,9 @@ PY
 fi
 
 # `run.sh rlstep`: bench/train/rlstep.sh with this cac-run, the staged grpo
-# bundle and tokenizer (RLSTEP_* change the shape; docs/training.md).
+# bundle and tokenizer (RLSTEP_* change the shape and the options, e.g.
+# RLSTEP_UPDATE="float32 bfloat16" RLSTEP_CKPT="false true" for the update's
+# dtype and activation checkpointing; docs/training.md).
 if [ "${1:-}" = rlstep ]; then
   CAC_RUN=$run BUNDLE=$bundles/grpo DEVICE=$device OUT=$out PYTHON=$py \
     RLSTEP_TOKENIZER=${RLSTEP_TOKENIZER:-$deps/tokenizers/qwen3} bench/train/rlstep.sh

@@ -65,9 +65,15 @@ struct Shape {
   int64_t hidden, layers, heads, kvHeads, ffn, vocab, rows, tokens;
 };
 
+/// How the update's passes run: update_dtype and activation_checkpointing.
+struct Mode {
+  at::ScalarType compute = at::kFloat;
+  bool checkpointed = false;
+};
+
 /// The peak bytes of one update of \p s's model over \p s.rows rows of
 /// \p s.tokens tokens, and the estimate.
-std::pair<double, double> measure(const Shape &s) {
+std::pair<double, double> measure(const Shape &s, Mode mode = {}) {
   ModelConfig c;
   c.vocabSize = s.vocab;
   c.hiddenSize = s.hidden;
@@ -78,6 +84,9 @@ std::pair<double, double> measure(const Shape &s) {
   c.maxPositionEmbeddings = s.tokens;
   torch::manual_seed(1);
   TransformerLM m(c);
+  if (mode.compute != at::kFloat)
+    m->setComputeDtype(mode.compute);
+  m->setActivationCheckpointing(mode.checkpointed);
   at::Tensor ids = at::randint(s.vocab, {s.rows, s.tokens}, at::kLong);
   // The gradients first (the training estimate counts them apart), so
   // that the measured pass adds only activations.
@@ -87,9 +96,11 @@ std::pair<double, double> measure(const Shape &s) {
     c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, peak);
     forwardBackward(m, ids);
   }
-  ActivationMemory est =
-      estimateActivationMemory(c, 4, s.rows, s.tokens, /*logits=*/true);
-  return {static_cast<double>(peak->peak()), est.total()};
+  int64_t d = static_cast<int64_t>(c10::elementSize(mode.compute));
+  ActivationMemory est = estimateActivationMemory(
+      c, d, s.rows, s.tokens, /*logits=*/true, mode.checkpointed);
+  return {static_cast<double>(peak->peak()),
+          est.total() + weightCastMemory(c, d, mode.checkpointed)};
 }
 
 /// The estimate is within 25% of the measured peak, from above or below,
@@ -112,6 +123,61 @@ TEST(ActivationMemory, TheEstimateIsWithinAQuarterOfTheMeasuredPeak) {
               << " MB, measured peak " << measured / 1e6 << " MB (ratio "
               << ratio << ")\n";
   }
+}
+
+/// The same with the update's options: checkpointed layers, a bfloat16
+/// compute (its weight casts counted), both; and what they save.
+TEST(ActivationMemory, TheUpdateOptionsEstimatesAreWithinAQuarter) {
+  const Shape shapes[] = {
+      {"attention (tokens^2)", 32, 4, 4, 2, 64, 64, 4, 384},
+      {"hidden and MLP widths", 256, 4, 4, 4, 1024, 64, 8, 64},
+  };
+  const std::pair<const char *, Mode> modes[] = {
+      {"checkpointed", {at::kFloat, true}},
+      {"bfloat16", {at::kBFloat16, false}},
+      {"bfloat16, checkpointed", {at::kBFloat16, true}},
+  };
+  for (const Shape &s : shapes) {
+    double plain = measure(s).first;
+    for (const auto &[name, mode] : modes) {
+      auto [measured, estimate] = measure(s, mode);
+      ASSERT_GT(measured, 0) << s.name << ", " << name;
+      double ratio = estimate / measured;
+      EXPECT_GT(ratio, 0.75) << s.name << ", " << name << ": estimate "
+                             << estimate << " bytes, measured " << measured;
+      EXPECT_LT(ratio, 1.25) << s.name << ", " << name << ": estimate "
+                             << estimate << " bytes, measured " << measured;
+      std::cout << s.name << ", " << name << ": estimate " << estimate / 1e6
+                << " MB, measured peak " << measured / 1e6 << " MB (ratio "
+                << ratio << "; float32 without checkpoints " << plain / 1e6
+                << " MB)\n";
+      // Checkpoints always hold less. bfloat16 alone halves the saved
+      // activations but where the attention's T^2 dominates: the plain
+      // attention keeps its float32 probabilities and their bfloat16 copy
+      // (HF's eager attention does the same; the fused one keeps neither).
+      if (mode.checkpointed || s.hidden > 32) {
+        EXPECT_LT(measured, plain) << s.name << ", " << name;
+      }
+    }
+  }
+}
+
+TEST(ActivationMemory, CheckpointsKeepEachLayersInput) {
+  ModelConfig c = ModelConfig::builtinSmall(40); // 4 layers, hidden 128
+  ActivationMemory plain = estimateActivationMemory(c, 4, 2, 10, true);
+  ActivationMemory ckpt = estimateActivationMemory(c, 4, 2, 10, true, true);
+  // One layer's saved tensors (while it is recomputed) and every layer's
+  // input; the other terms do not change.
+  EXPECT_EQ(ckpt.layers, plain.layers / 4 + 4 * 4.0 * 2 * 10 * 128);
+  EXPECT_EQ(ckpt.total() - ckpt.layers, plain.total() - plain.layers);
+  // No casts in float32; in bfloat16 every weight's, or with checkpoints
+  // the LM head's and one layer's.
+  EXPECT_EQ(weightCastMemory(c, 4, false), 0);
+  EXPECT_EQ(weightCastMemory(c, 2, false), 2 * c.numParameters());
+  double head = double(c.vocabSize) * double(c.hiddenSize);
+  double heads = c.tieWordEmbeddings ? head : 2 * head;
+  EXPECT_DOUBLE_EQ(weightCastMemory(c, 2, true),
+                   2 * (head + (c.numParameters() - heads) / 4));
 }
 
 TEST(ActivationMemory, TheTermsFollowTheShapes) {

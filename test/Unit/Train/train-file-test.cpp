@@ -145,6 +145,55 @@ TEST(TrainFile, Float32MatmulPrecision) {
                       "                             ^\n");
 }
 
+TEST(TrainFile, UpdateDtype) {
+  Result r = check(withFields(""));
+  ASSERT_TRUE(r.cfg) << r.errors;
+  EXPECT_EQ(r.cfg->updateDtype, "float32");
+  for (const char *name : {"bfloat16", "bf16"}) {
+    r = check(withFields(std::string("  update_dtype = \"") + name + "\"\n"));
+    ASSERT_TRUE(r.cfg) << r.errors;
+    EXPECT_EQ(r.cfg->updateDtype, "bfloat16");
+  }
+  r = check(withFields("  update_dtype = \"fp32\"\n"));
+  ASSERT_TRUE(r.cfg) << r.errors;
+  EXPECT_EQ(r.cfg->updateDtype, "float32");
+  r = check(withFields("  update_dtype = \"bfloat8\"\n"));
+  EXPECT_FALSE(r.cfg);
+  EXPECT_EQ(r.errors,
+            "t.cac:6:18: error: 'update_dtype': unknown model dtype "
+            "'bfloat8' (float32, bfloat16 or float16; also f32, fp32, bf16, "
+            "f16, fp16)\n"
+            "  update_dtype = \"bfloat8\"\n"
+            "                 ^\n");
+  r = check(withFields("  update_dtype = \"float16\"\n"));
+  EXPECT_FALSE(r.cfg);
+  EXPECT_EQ(r.errors,
+            "t.cac:6:18: error: 'update_dtype': float16 needs loss scaling, "
+            "which the update has not; use float32 or bfloat16\n"
+            "  update_dtype = \"float16\"\n"
+            "                 ^\n");
+  r = check(withFields("  update_dtype = 16\n"));
+  EXPECT_FALSE(r.cfg);
+  EXPECT_NE(r.errors.find("t.cac:6:18: error: 'update_dtype' must be a string"),
+            std::string::npos)
+      << r.errors;
+}
+
+TEST(TrainFile, ActivationCheckpointing) {
+  Result r = check(withFields(""));
+  ASSERT_TRUE(r.cfg) << r.errors;
+  EXPECT_FALSE(r.cfg->activationCheckpointing);
+  r = check(withFields("  activation_checkpointing = true\n"));
+  ASSERT_TRUE(r.cfg) << r.errors;
+  EXPECT_TRUE(r.cfg->activationCheckpointing);
+  r = check(withFields("  activation_checkpointing = \"yes\"\n"));
+  EXPECT_FALSE(r.cfg);
+  EXPECT_NE(r.errors.find("t.cac:6:30: error: 'activation_checkpointing' "
+                          "must be true or false"),
+            std::string::npos)
+      << r.errors;
+}
+
 TEST(TrainFile, ArithDigitsAndOps) {
   Result r = check("train t { model = builtin(\"tiny\") steps = 1 estimator "
                    "= \"g.cac\"\n task = arith(digits = 2, ops = \"+-*\") }");

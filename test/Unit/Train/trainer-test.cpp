@@ -555,6 +555,62 @@ TEST_F(TrainerTest, Bfloat16RolloutsTrainAgainstTheFloat32Policy) {
     EXPECT_FALSE(r.contains("rollout_logp_diff"));
 }
 
+TEST_F(TrainerTest, ActivationCheckpointingKeepsTheMetrics) {
+  // The checkpointed layers recompute the same values and gradients (the
+  // policy's, its value head's, through SFT and RL), so the run is the
+  // same run: its metrics within float rounding.
+  for (const char *estimator : {"grpo", "gae"}) {
+    SCOPED_TRACE(estimator);
+    std::string base = std::string("plain-") + estimator;
+    auto plain = withoutTimes(runToEnd(config(source(estimator), base)));
+    auto ckpt = withoutTimes(runToEnd(
+        config(source(estimator, "  activation_checkpointing = true\n"),
+               std::string("ckpt-") + estimator)));
+    ASSERT_EQ(plain.size(), ckpt.size());
+    for (size_t i = 0; i < plain.size(); ++i) {
+      if (plain[i]["phase"] != "sft")
+        continue;
+      double want = plain[i]["loss"].get<double>();
+      EXPECT_NEAR(ckpt[i]["loss"].get<double>(), want, 1e-6 * std::abs(want));
+    }
+    EXPECT_EQ(expectSameRlMetrics(plain, ckpt,
+                                  {"reward_mean", "loss", "pg_loss", "kl",
+                                   "grad_norm", "entropy", "ratio_mean",
+                                   "clip_frac"}),
+              3);
+  }
+}
+
+TEST_F(TrainerTest, Bfloat16UpdateTrainsWithFiniteMetrics) {
+  // The SFT steps and the update compute in bfloat16 over float32 weights:
+  // the first SFT loss (the same weights, the same batch) is float32's
+  // within bfloat16's rounding, and every RL metric is finite.
+  auto f32 = runToEnd(config(source("gae"), "f32"));
+  auto bf16 = runToEnd(
+      config(source("gae", "  update_dtype = \"bfloat16\"\n"), "bf16"));
+  ASSERT_EQ(f32.size(), bf16.size());
+  ASSERT_EQ(bf16[0]["phase"], "sft");
+  double want = f32[0]["loss"].get<double>();
+  double got = bf16[0]["loss"].get<double>();
+  EXPECT_NE(got, want);
+  EXPECT_NEAR(got, want, 2e-2 * std::abs(want));
+  int rl = 0;
+  for (const json &r : bf16) {
+    if (r["phase"] != "rl")
+      continue;
+    ++rl;
+    for (const char *k : {"reward_mean", "loss", "pg_loss", "kl", "grad_norm",
+                          "entropy", "ratio_mean", "value_loss"}) {
+      ASSERT_TRUE(r.contains(k)) << k;
+      EXPECT_TRUE(std::isfinite(r[k].get<double>())) << k;
+    }
+    // The old log-probabilities are the float32 sampler's: the ratios
+    // differ from 1 by bfloat16's rounding and what the epochs moved.
+    EXPECT_NEAR(r["ratio_mean"].get<double>(), 1.0, 0.1);
+  }
+  EXPECT_EQ(rl, 3);
+}
+
 TEST_F(TrainerTest, Float16RolloutsNeedADeviceThatRunsThem) {
   // LibTorch 1.13 has no float16 matmul on the CPU: the run is refused at
   // the field, before any model is built.

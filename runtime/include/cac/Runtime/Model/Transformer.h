@@ -178,8 +178,8 @@ public:
   at::Tensor headLogProbs(const at::Tensor &hidden, const at::Tensor &targets,
                           double temperature = 1.0,
                           int64_t chunkBytes = kLogProbChunkBytes);
-  /// Scalar values [...] of hidden states [..., hidden]; throws if the model
-  /// has no value head.
+  /// Scalar values [...] (float32) of hidden states [..., hidden]; throws
+  /// if the model has no value head.
   at::Tensor valueHead(const at::Tensor &hidden);
 
   bool hasValueHead() const { return !value_head.is_empty(); }
@@ -199,6 +199,23 @@ public:
   /// the KV cache): float32 unless the model was cast, e.g. with
   /// to(at::kBFloat16).
   at::ScalarType dtype() const;
+  /// The dtype forwardHidden computes in without a KV cache (the update,
+  /// whole-sequence scoring): each weight is cast to it where it is used,
+  /// differentiably, so gradients reach the weights in their own dtype
+  /// (bfloat16 compute over float32 master weights, as FSDP's param_dtype);
+  /// the norms' statistics, the attention's softmax and the LM head's
+  /// log-softmax stay float32. at::ScalarType::Undefined (the default):
+  /// the weights' dtype, the operations of a model without the setting.
+  /// A pass with a KV cache computes in the weights' dtype.
+  void setComputeDtype(at::ScalarType dtype);
+  /// The dtype forwardHidden computes in without a cache.
+  at::ScalarType computeDtype() const;
+  /// Whether forwardHidden, while autograd records (grad mode on, no
+  /// cache), keeps only each decoder layer's input for the backward pass
+  /// and runs the layer again there (checkpointedLayer): the activations
+  /// of one layer instead of all of them, for a second forward's time.
+  void setActivationCheckpointing(bool on) { checkpointing_ = on; }
+  bool activationCheckpointing() const { return checkpointing_; }
   /// Selects the attention kernel of every layer: at::scaled_dot_product_
   /// attention (the default where fusedAttentionAvailable()) or the plain
   /// matmul/softmax path. Throws if \p fused is asked for where this
@@ -220,6 +237,8 @@ private:
                                          at::ScalarType dtype);
   ModelConfig config_;
   at::Tensor invFreq_; // float32, on the parameters' device
+  at::ScalarType computeDtype_ = at::ScalarType::Undefined;
+  bool checkpointing_ = false;
 };
 TORCH_MODULE(TransformerLM);
 

@@ -65,12 +65,24 @@ struct ActivationMemory {
 };
 
 /// The estimate for a minibatch of \p rows rows padded to \p tokens tokens
-/// through a model with config \p c whose weights have \p dtypeBytes
-/// bytes; \p logits counts the language-model head (the policy) or not (a
-/// critic model's value head).
+/// through a model with config \p c computing in a dtype of \p dtypeBytes
+/// bytes (its weights', or update_dtype's); \p logits counts the
+/// language-model head (the policy) or not (a critic model's value head);
+/// \p checkpointed, the layers keep only their inputs and one layer is
+/// recomputed at a time (activation_checkpointing).
 ActivationMemory estimateActivationMemory(const ModelConfig &c,
                                           int64_t dtypeBytes, int64_t rows,
-                                          int64_t tokens, bool logits);
+                                          int64_t tokens, bool logits,
+                                          bool checkpointed = false);
+
+/// The parameters' dtype of every model the runtime trains (float32).
+constexpr int64_t kParameterBytes = 4;
+
+/// What a pass computing in a dtype of \p dtypeBytes bytes over float32
+/// weights adds (bytes): the weights' casts, every layer's (\p
+/// checkpointed: one layer's) and the LM head's; 0 in float32.
+double weightCastMemory(const ModelConfig &c, int64_t dtypeBytes,
+                        bool checkpointed);
 
 /// The memory this process can still allocate on \p device (bytes), -1
 /// where it cannot be read. The CPU: availableHostMemory(). A CUDA device:

@@ -365,6 +365,17 @@ struct TrainConfig {
   /// "high" (TF32 tensor cores on CUDA) or "medium" (bfloat16 inside them),
   /// set for the whole run (docs/training.md, "Float32 matmul precision").
   std::string float32MatmulPrecision = "highest";
+  /// The dtype the policy's (and a critic model's) passes over whole
+  /// sequences compute in: the update, the SFT warm start, the rescoring of
+  /// rollout log-probabilities and the old values ("float32" or
+  /// "bfloat16"). bfloat16: the weights are cast where used, the master
+  /// weights, their gradients and AdamW's moments stay float32
+  /// (docs/training.md, "Update dtype").
+  std::string updateDtype = "float32";
+  /// Whether the update and the SFT warm start keep only each decoder
+  /// layer's input for the backward pass and recompute the layer there
+  /// (docs/training.md, "Activation checkpointing").
+  bool activationCheckpointing = false;
 
   /// Where each field was set (for errors found after parsing).
   std::vector<std::pair<std::string, SourceLoc>> fieldLocs;
