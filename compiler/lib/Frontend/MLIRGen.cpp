@@ -788,6 +788,39 @@ private:
     return segScan(l, run, zero, true);
   }
 
+  /// `next(x, fill)` / `prev(x, fill)` of a seg input `x` with a fill that is
+  /// the same on every token: the input read at the segment index + 1 (- 1),
+  /// the fill where there is no such segment. The same values as the scan
+  /// along the segments (genSegCall), without a scan: VinePPO's and
+  /// SPO-chain's `next(mc_value, reward)` becomes a gather in a loop
+  /// without a carried value. Null for other operands.
+  Value neighbourGather(ArrayRef<Value> a, bool next, Location l) {
+    auto g = a[0].getDefiningOp<cir::SegGatherOp>();
+    if (!g || g.getIndex() != segId ||
+        (a.size() > 1 && typeOf(a[1]).getDomain() != cir::Domain::Scalar &&
+         typeOf(a[1]).getDomain() != cir::Domain::Seq))
+      return {};
+    Value one = constant(l, 1.0);
+    Value fill = broadcast(l, a.size() > 1 ? a[1] : constant(l, 0.0),
+                           cir::Domain::Token);
+    // segId is (inclusive count of segment starts) - 1: id + 1 is the count.
+    Value idx = next ? segId.getDefiningOp()->getOperand(0)
+                     : binary(l, cir::BinaryKind::Sub, segId, one);
+    // The neighbour exists: segment id + 1 below the number of segments, or
+    // id - 1 at least 0.
+    Value exists = next
+                       ? cmp(l, cir::CmpPredicate::LT, idx,
+                             reduce(l, cir::ReduceKind::Sum,
+                                    toFloat(l, segStart), cir::Domain::Seq))
+                       : cmp(l, cir::CmpPredicate::GT, segId, constant(l, 0.0));
+    // Where it does not, the token's own segment is read (a slot of the
+    // sequence) and not used.
+    Value safe = select(l, exists, idx, segId);
+    Value v = builder.create<cir::SegGatherOp>(l, field(cir::Domain::Token),
+                                               g.getInput(), safe);
+    return select(l, exists, v, fill);
+  }
+
   /// The built-ins applied to a segment value (represented on tokens): they
   /// run along the segments instead of the tokens. Null for the others.
   Value genSegCall(Builtin b, std::vector<Value> &a, Location l) {
@@ -796,6 +829,8 @@ private:
     case Builtin::Next:
     case Builtin::Prev: {
       bool next = b == Builtin::Next;
+      if (Value v = neighbourGather(a, next, l))
+        return v;
       Value fill = broadcast(l, a.size() > 1 ? a[1] : zero, cir::Domain::Token);
       Value shifted = builder.create<cir::ShiftOp>(
           l, a[0].getType(), a[0], next ? 1 : -1, fill);

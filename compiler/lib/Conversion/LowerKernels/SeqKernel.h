@@ -70,10 +70,28 @@ private:
   bool isTokenInvariant(Value v);
   static bool isChainReduce(ReduceOp red);
   void emitLoop(Loop &l);
+  SmallVector<Value> emitLoopTokens(Loop &l, SmallVector<Value> carried);
   SmallVector<Value> emitTokenLoop(Loop &l, Value lo, Value hi, int64_t step,
                                    ArrayRef<Value> inits, bool backInRange);
   Value emitScanStep(const Item &it, ArrayRef<Value> ts, Value prev);
   Value emitReduceStep(const Item &it, ArrayRef<Value> ts, Value acc);
+
+  // SerialCounters.cpp: modulos of counting scans as wrapping counters.
+  /// `mod(S - c, n)` for a counting scan S of the loop (decay 1, steps of 0
+  /// or 1), a literal integer c and a token-invariant n: evaluated at the
+  /// loop's tokens by a counter carried through the loop, which steps with S
+  /// and wraps at n, instead of a division and a floor per token.
+  struct ModCounter {
+    Value mod;
+    Operation *scan;
+    double c;
+    Value n;
+  };
+  SmallVector<ModCounter> modCounters(const Loop &l);
+  Value countersApply(ArrayRef<ModCounter> cs);
+  Value counterInit(const ModCounter &c);
+  SmallVector<Value> emitCounterSteps(Operation *scan, ArrayRef<Value> ts,
+                                      ValueRange prev);
 
   // BlockLoop.cpp: a loop walked by a block's threads, tile by tile.
   void emitBlockLoop(Loop &l);
@@ -216,6 +234,9 @@ private:
   Value part, parts;
   /// While a tile's body is emitted: the token buffers it reads.
   llvm::SetVector<Value> *tileLoads = nullptr;
+  /// The wrapping counters of the serial loop being emitted (their carried
+  /// values follow the items' in the loop's iteration arguments).
+  SmallVector<ModCounter> counters;
 };
 
 } // namespace cac::lowering

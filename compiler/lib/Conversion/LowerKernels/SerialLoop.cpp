@@ -83,20 +83,31 @@ void SeqKernelEmitter::emitLoop(Loop &l) {
     else if (it.kind == Item::Reduce)
       carried.push_back(reduceInit(cast<ReduceOp>(it.op)));
   }
-  if (unrolls(l)) {
-    // The first token alone; after it, the token one step back (t + 1 in a
-    // reverse loop, t - 1 in a forward one) is always in the sequence, so
-    // `next` and `prev` read it without a bounds check, and within an
-    // iteration they reuse the value computed for the previous token.
-    Value first = b.create<arith::MinSIOp>(e.loc, len, e.i64(1));
-    carried = emitTokenLoop(l, e.i64(0), first, 1, carried, false);
-    Value rest = b.create<arith::SubIOp>(e.loc, len, first);
-    Value main = b.create<arith::SubIOp>(
-        e.loc, len, b.create<arith::RemSIOp>(e.loc, rest, e.i64(kUnroll)));
-    carried = emitTokenLoop(l, first, main, kUnroll, carried, true);
-    carried = emitTokenLoop(l, main, len, 1, carried, true);
+  SmallVector<ModCounter> found = modCounters(l);
+  if (found.empty()) {
+    carried = emitLoopTokens(l, carried);
   } else {
-    carried = emitTokenLoop(l, e.i64(0), len, 1, carried, false);
+    // The counters hold where the float modulo is exact (countersApply);
+    // elsewhere the loop computes it, in a second copy of the loop.
+    auto ifOp = b.create<scf::IfOp>(e.loc, ValueRange(carried).getTypes(),
+                                    countersApply(found),
+                                    /*withElseRegion=*/true);
+    OpBuilder::InsertionGuard g(b);
+    for (bool withCounters : {true, false}) {
+      b.setInsertionPointToStart(withCounters ? ifOp.thenBlock()
+                                              : ifOp.elseBlock());
+      SmallVector<Value> inits = carried;
+      if (withCounters) {
+        counters = found;
+        for (const ModCounter &c : found)
+          inits.push_back(counterInit(c));
+      }
+      SmallVector<Value> out = emitLoopTokens(l, inits);
+      counters.clear();
+      out.resize(carried.size());
+      b.create<scf::YieldOp>(e.loc, out);
+    }
+    carried.assign(ifOp.getResults().begin(), ifOp.getResults().end());
   }
   unsigned carry = 0;
   for (Item &it : l.items) {
@@ -107,6 +118,25 @@ void SeqKernelEmitter::emitLoop(Loop &l) {
       outerMemo[red.getResult()] = reduceFinish(red, carried[carry++]);
     }
   }
+}
+
+/// The token loops of `l` from the carried values `carried` (the items',
+/// then the counters'); returns them after the last token.
+SmallVector<Value>
+SeqKernelEmitter::emitLoopTokens(Loop &l, SmallVector<Value> carried) {
+  if (!unrolls(l))
+    return emitTokenLoop(l, e.i64(0), len, 1, carried, false);
+  // The first token alone; after it, the token one step back (t + 1 in a
+  // reverse loop, t - 1 in a forward one) is always in the sequence, so
+  // `next` and `prev` read it without a bounds check, and within an
+  // iteration they reuse the value computed for the previous token.
+  Value first = b.create<arith::MinSIOp>(e.loc, len, e.i64(1));
+  carried = emitTokenLoop(l, e.i64(0), first, 1, carried, false);
+  Value rest = b.create<arith::SubIOp>(e.loc, len, first);
+  Value main = b.create<arith::SubIOp>(
+      e.loc, len, b.create<arith::RemSIOp>(e.loc, rest, e.i64(kUnroll)));
+  carried = emitTokenLoop(l, first, main, kUnroll, carried, true);
+  return emitTokenLoop(l, main, len, 1, carried, true);
 }
 
 /// x + c * y, which LLVM may contract into one FMA: the carry is the loop's
@@ -195,20 +225,24 @@ SmallVector<Value> SeqKernelEmitter::emitTokenLoop(Loop &l, Value lo, Value hi,
   backOffset = l.reverse ? 1 : -1;
   SmallVector<Value> yields;
   unsigned carry = 0;
+  ValueRange args = forOp.getRegionIterArgs();
+  ValueRange counterArgs = args.take_back(counters.size());
+  SmallVector<Value> counterYields(counterArgs.begin(), counterArgs.end());
   // Items are taken in order, each for all the iteration's tokens: an item
   // reads only earlier items, at this token (memoized) or at a neighbour
   // (stored already, by this iteration or an earlier one).
   for (Item &it : l.items) {
     switch (it.kind) {
     case Item::Scan:
-      yields.push_back(
-          emitScanStep(it, ts, forOp.getRegionIterArgs()[carry++]));
+      yields.push_back(emitScanStep(it, ts, args[carry++]));
+      for (auto [k, v] :
+           llvm::enumerate(emitCounterSteps(it.op, ts, counterYields)))
+        counterYields[k] = v;
       break;
     case Item::Rank: // stored by emitRankSort before the loop
       break;
     case Item::Reduce:
-      yields.push_back(
-          emitReduceStep(it, ts, forOp.getRegionIterArgs()[carry++]));
+      yields.push_back(emitReduceStep(it, ts, args[carry++]));
       break;
     case Item::Store:
       for (Value t : ts)
@@ -216,6 +250,7 @@ SmallVector<Value> SeqKernelEmitter::emitTokenLoop(Loop &l, Value lo, Value hi,
       break;
     }
   }
+  yields.append(counterYields);
   b.create<scf::YieldOp>(e.loc, yields);
   back.clear();
   SmallVector<Value> out(forOp.getResults().begin(), forOp.getResults().end());
