@@ -75,6 +75,12 @@ private:
   Value emitScanStep(const Item &it, ArrayRef<Value> ts, Value prev);
   Value emitReduceStep(const Item &it, ArrayRef<Value> ts, Value acc);
 
+  // NodeRuns.cpp: a loop of token stores reading node values, in chunks
+  // whose tokens share a node.
+  bool takesNodeRuns(const Loop &l);
+  void emitNodeRuns(Loop &l);
+  void emitRunTokens(Loop &l, Value lo, Value hi, bool sameNode);
+
   // BlockLoop.cpp: a loop walked by a block's threads, tile by tile.
   void emitBlockLoop(Loop &l);
   void emitBlockRanks(Loop &l);
@@ -214,6 +220,10 @@ private:
   int64_t split = 0;
   bool carriesPass = false;
   Value part, parts;
+  /// In a chunk whose tokens share a node (NodeRuns.cpp): the token of the
+  /// iteration, and each node value loaded at that node before the chunk.
+  Value runToken;
+  DenseMap<Value, Value> runValues;
   /// While a tile's body is emitted: the token buffers it reads.
   llvm::SetVector<Value> *tileLoads = nullptr;
 };

@@ -95,6 +95,8 @@ void SeqKernelEmitter::emitLoop(Loop &l) {
         e.loc, len, b.create<arith::RemSIOp>(e.loc, rest, e.i64(kUnroll)));
     carried = emitTokenLoop(l, first, main, kUnroll, carried, true);
     carried = emitTokenLoop(l, main, len, 1, carried, true);
+  } else if (takesNodeRuns(l)) {
+    emitNodeRuns(l);
   } else {
     carried = emitTokenLoop(l, e.i64(0), len, 1, carried, false);
   }
