@@ -92,6 +92,19 @@ private:
   void emitTilePrefetch(const llvm::SetVector<Value> &loads, Value base,
                         Value tileLen, Value lastTok, bool reverse);
   void finishBlockReductions(Loop &l, scf::ForOp forOp);
+  /// The tiles a block loop walks: size * items tokens each (`tileLen`),
+  /// and how many cover the sequence (`tiles`).
+  struct Tiles {
+    Value tileLen, tiles;
+  };
+  Tiles blockTiles();
+  /// Where this thread starts in a tile (`first`: tid when striped, else
+  /// tid * items) and the sequence's last position and token, which
+  /// tileTokens clamps to.
+  struct TileStart {
+    Value first, lastPos, lastTok;
+  };
+  TileStart tileStart(bool striped);
   void tileTokens(Value base, int64_t stride, Value lastPos, Value lastTok,
                   bool reverse, SmallVectorImpl<Value> &ts,
                   SmallVectorImpl<Value> &ins);
