@@ -448,11 +448,10 @@ private:
     }
     if (const json *c = optional(k, "carries")) {
       if (!c->is_boolean())
-        return fail(field + ".carries", "expected true or false, got " +
-                                            dump(*c));
-      if (*c && !spec.split)
         return fail(field + ".carries",
-                    "a carries kernel must have \"split\"");
+                    "expected true or false, got " + dump(*c));
+      if (*c && !spec.split)
+        return fail(field + ".carries", "a carries kernel must have \"split\"");
       spec.carries = c->get<bool>();
     }
     std::optional<std::string> layout;

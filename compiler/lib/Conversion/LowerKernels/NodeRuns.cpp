@@ -84,10 +84,9 @@ void SeqKernelEmitter::emitNodeRuns(Loop &l) {
         half.push_back(diffs.back());
       diffs = std::move(half);
     }
-    Value uniform = b.create<arith::CmpIOp>(e.loc, arith::CmpIPredicate::eq,
-                                            diffs[0],
-                                            b.create<arith::ConstantOp>(
-                                                e.loc, b.getI32IntegerAttr(0)));
+    Value uniform = b.create<arith::CmpIOp>(
+        e.loc, arith::CmpIPredicate::eq, diffs[0],
+        b.create<arith::ConstantOp>(e.loc, b.getI32IntegerAttr(0)));
     Value next = b.create<arith::AddIOp>(e.loc, c, e.i64(w));
     auto ifOp = b.create<scf::IfOp>(e.loc, uniform, /*withElseRegion=*/true);
     b.create<scf::YieldOp>(e.loc);
