@@ -188,6 +188,10 @@ TEST(ManifestReader, NamesTheFieldOfEachError) {
        "m.json: kernels[1].layout: expected a string, got number"},
       {[](json &j) { j["kernels"][1]["split"] = 0; },
        "m.json: kernels[1].split: expected a positive integer, got 0"},
+      {[](json &j) { j["kernels"][1]["carries"] = 1; },
+       "m.json: kernels[1].carries: expected true or false, got 1"},
+      {[](json &j) { j["kernels"][1]["carries"] = true; },
+       "m.json: kernels[1].carries: a carries kernel must have \"split\""},
       {[](json &j) {
          j["needs"] = {"groups"};
          j["buffers"].erase(3);
@@ -225,6 +229,30 @@ TEST(ManifestReader, SplitKernelsLaunchSeveralBlocksPerSequence) {
   // The writer writes it back.
   EXPECT_EQ(json::parse(writeManifest(*r.manifest))["kernels"][1]["split"],
             1024);
+}
+
+TEST(ManifestReader, CarriesKernelIsSkippedWhereEachSequenceIsOnePart) {
+  // NAME_carries composes what a part hands the later parts of its
+  // sequence: with one part per sequence (B >= N) there is none, and the
+  // launch rule that the runtime and gpu-sim share launches no block.
+  json j = valid();
+  j["kernels"][1]["split"] = 1024;
+  j["kernels"][1]["carries"] = true;
+  ManifestOrError r = readManifest(j.dump());
+  ASSERT_TRUE(r) << r.error;
+  KernelSpec k = r.manifest->kernels[1];
+  ASSERT_TRUE(k.carries);
+  EXPECT_EQ(launchUnits(k, 256, 256), 256 * 4);
+  EXPECT_EQ(launchUnits(k, 1023, 1023), 1023 * 2);
+  EXPECT_EQ(launchUnits(k, 1024, 1024), 0);
+  EXPECT_EQ(launchUnits(k, 4096, 4096), 0);
+  // The kernel it precedes still runs, one block per sequence.
+  k.carries = false;
+  EXPECT_EQ(launchUnits(k, 4096, 4096), 4096);
+  EXPECT_EQ(json::parse(writeManifest(*r.manifest))["kernels"][1]["carries"],
+            true);
+  EXPECT_FALSE(json::parse(writeManifest(*r.manifest))["kernels"][0].contains(
+      "carries"));
 }
 
 TEST(ManifestReader, AcceptsWhatTheRuntimeAlwaysAccepted) {

@@ -74,6 +74,11 @@ struct KernelSpec {
   /// its units is cut into splitParts(N, num_seqs) blocks, so that a launch
   /// has about N blocks (launchUnits). host.so runs one unit per sequence.
   std::optional<int64_t> split;
+  /// "carries": true (with "split"): the NAME_carries kernel that a split
+  /// kernel with a scan launches first. Only a part that a later part of
+  /// its sequence follows has carries to compose, so where every sequence
+  /// has one part it has nothing to do and is not launched (launchUnits).
+  bool carries = false;
 };
 
 /// The most blocks a split kernel gives one sequence.
@@ -91,12 +96,16 @@ inline int64_t splitParts(int64_t split, int64_t numSeqs) {
 
 /// The units a GPU (or gpu-sim) launch of `k` covers when its grid has
 /// `units` units and the batch `numSeqs` sequences: `units` times the parts
-/// of a split block kernel, else `units`.
+/// of a split block kernel, else `units`; 0, no launch, for a carries
+/// kernel where each sequence is one part.
 inline int64_t launchUnits(const KernelSpec &k, int64_t units,
                            int64_t numSeqs) {
   if (!k.perBlock || !k.split)
     return units;
-  return units * splitParts(*k.split, numSeqs);
+  const int64_t parts = splitParts(*k.split, numSeqs);
+  if (k.carries && parts == 1)
+    return 0;
+  return units * parts;
 }
 
 /// An objective's interface: the host scales `loss` and the gradient output

@@ -446,6 +446,14 @@ private:
                     "expected a positive integer, got " + dump(*n));
       spec.split = n->get<int64_t>();
     }
+    if (const json *c = optional(k, "carries")) {
+      if (!c->is_boolean())
+        return fail(field + ".carries",
+                    "expected true or false, got " + dump(*c));
+      if (*c && !spec.split)
+        return fail(field + ".carries", "a carries kernel must have \"split\"");
+      spec.carries = c->get<bool>();
+    }
     std::optional<std::string> layout;
     if (!optionalString(k, field, "layout", layout))
       return false;

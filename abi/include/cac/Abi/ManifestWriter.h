@@ -81,6 +81,8 @@ inline nlohmann::json toJson(const Manifest &m) {
       o["layout"] = *k.layout;
     if (k.split)
       o["split"] = *k.split;
+    if (k.carries)
+      o["carries"] = true;
     kernels.push_back(std::move(o));
   }
   root["kernels"] = std::move(kernels);

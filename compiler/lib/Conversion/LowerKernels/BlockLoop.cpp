@@ -79,11 +79,8 @@ void SeqKernelEmitter::emitBlockLoop(Loop &l) {
     else if (it.kind == Item::Reduce && !isFirstLast(cast<ReduceOp>(it.op)))
       inits.push_back(reduceInit(cast<ReduceOp>(it.op)));
   }
-  const int64_t size = threads->size, items = threads->items;
-  Value tileLen = e.i64(size * items);
-  Value tiles = b.create<arith::DivSIOp>(
-      e.loc, b.create<arith::AddIOp>(e.loc, len, e.i64(size * items - 1)),
-      tileLen);
+  Tiles tl = blockTiles();
+  Value tileLen = tl.tileLen, tiles = tl.tiles;
   // The thread's first position in a tile and the step to its next one:
   // blocked, tid * items + j; striped, j * size + tid (a warp's j-th loads
   // and stores are then 32 contiguous tokens). A scan costs one block scan
@@ -95,13 +92,9 @@ void SeqKernelEmitter::emitBlockLoop(Loop &l) {
   const bool striped =
       threads->layout == BlockThreads::Layout::Striped ||
       (threads->layout == BlockThreads::Layout::Auto && !hasScan);
-  Value first = striped
-                    ? threads->tid
-                    : b.create<arith::MulIOp>(e.loc, threads->tid, e.i64(items))
-                          .getResult();
-  const int64_t stride = striped ? size : 1;
-  Value lastPos = b.create<arith::SubIOp>(e.loc, len, e.i64(1));
-  Value lastTok = b.create<arith::SubIOp>(e.loc, end, e.i64(1));
+  TileStart at = tileStart(striped);
+  Value first = at.first, lastPos = at.lastPos, lastTok = at.lastTok;
+  const int64_t stride = striped ? threads->size : 1;
   // A split sequence's part walks its own tiles, from the carries of the
   // parts before it.
   std::optional<PartTiles> pt;
@@ -133,6 +126,24 @@ void SeqKernelEmitter::emitBlockLoop(Loop &l) {
     forgetTokens();
   }
   finishBlockReductions(l, forOp);
+}
+
+SeqKernelEmitter::Tiles SeqKernelEmitter::blockTiles() {
+  const int64_t tileSize = threads->size * threads->items;
+  Value tileLen = e.i64(tileSize);
+  Value tiles = b.create<arith::DivSIOp>(
+      e.loc, b.create<arith::AddIOp>(e.loc, len, e.i64(tileSize - 1)), tileLen);
+  return {tileLen, tiles};
+}
+
+SeqKernelEmitter::TileStart SeqKernelEmitter::tileStart(bool striped) {
+  Value first = striped ? threads->tid
+                        : b.create<arith::MulIOp>(e.loc, threads->tid,
+                                                  e.i64(threads->items))
+                              .getResult();
+  Value lastPos = b.create<arith::SubIOp>(e.loc, len, e.i64(1));
+  Value lastTok = b.create<arith::SubIOp>(e.loc, end, e.i64(1));
+  return {first, lastPos, lastTok};
 }
 
 /// This thread's `items` tokens of the tile whose first position for it is

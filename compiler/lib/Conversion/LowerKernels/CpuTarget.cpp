@@ -22,6 +22,8 @@ public:
   bool blockPerSequence() const override { return false; }
   bool integerCompares() const override { return true; }
   bool reassociableSums() const override { return true; }
+  /// 16 nodes are one 64-byte line of token_node.
+  int64_t nodeRunChunk() const override { return 16; }
 
   void prepareModule(ModuleOp, OpBuilder &, Location) override {}
   void createKernel(OpBuilder &b, Location loc, StringRef name, const Abi &abi,

@@ -148,8 +148,10 @@ cac::abi::KernelSpec Lowering::emitKernel(KernelOp kernel, StringRef name,
     k.items = o.seqItems;
     k.layout = o.seqLayout;
   }
-  if (split)
+  if (split) {
     k.split = o.seqSplit;
+    k.carries = carries;
+  }
   return k;
 }
 

@@ -88,6 +88,10 @@ public:
   virtual bool integerCompares() const = 0;
   /// Token -> seq sums may be reassociated (vectorized partial sums).
   virtual bool reassociableSums() const = 0;
+  /// A one-thread loop of token stores that reads node values takes chunks
+  /// of this many tokens, each checked for one node (NodeRuns.cpp); 0: one
+  /// token at a time.
+  virtual int64_t nodeRunChunk() const { return 0; }
 
   /// Prepares `module` before any kernel is created (at the end of its
   /// body, from `b`): containers, and what block kernels use.

@@ -93,6 +93,12 @@ private:
   SmallVector<Value> emitCounterSteps(Operation *scan, ArrayRef<Value> ts,
                                       ValueRange prev);
 
+  // NodeRuns.cpp: a loop of token stores reading node values, in chunks
+  // whose tokens share a node.
+  bool takesNodeRuns(const Loop &l);
+  void emitNodeRuns(Loop &l);
+  void emitRunTokens(Loop &l, Value lo, Value hi, bool sameNode);
+
   // BlockLoop.cpp: a loop walked by a block's threads, tile by tile.
   void emitBlockLoop(Loop &l);
   void emitBlockRanks(Loop &l);
@@ -104,6 +110,19 @@ private:
   void emitTilePrefetch(const llvm::SetVector<Value> &loads, Value base,
                         Value tileLen, Value lastTok, bool reverse);
   void finishBlockReductions(Loop &l, scf::ForOp forOp);
+  /// The tiles a block loop walks: size * items tokens each (`tileLen`),
+  /// and how many cover the sequence (`tiles`).
+  struct Tiles {
+    Value tileLen, tiles;
+  };
+  Tiles blockTiles();
+  /// Where this thread starts in a tile (`first`: tid when striped, else
+  /// tid * items) and the sequence's last position and token, which
+  /// tileTokens clamps to.
+  struct TileStart {
+    Value first, lastPos, lastTok;
+  };
+  TileStart tileStart(bool striped);
   void tileTokens(Value base, int64_t stride, Value lastPos, Value lastTok,
                   bool reverse, SmallVectorImpl<Value> &ts,
                   SmallVectorImpl<Value> &ins);
@@ -232,6 +251,10 @@ private:
   int64_t split = 0;
   bool carriesPass = false;
   Value part, parts;
+  /// In a chunk whose tokens share a node (NodeRuns.cpp): the token of the
+  /// iteration, and each node value loaded at that node before the chunk.
+  Value runToken;
+  DenseMap<Value, Value> runValues;
   /// While a tile's body is emitted: the token buffers it reads.
   llvm::SetVector<Value> *tileLoads = nullptr;
   /// The wrapping counters of the serial loop being emitted (their carried

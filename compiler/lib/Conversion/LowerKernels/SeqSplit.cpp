@@ -144,15 +144,11 @@ void SeqKernelEmitter::emitBlockCarries(Loop &l) {
     return;
   prepareLoopOuter(l);
   const int64_t items = threads->items;
-  Value tileLen = e.i64(threads->size * items);
-  Value tiles = b.create<arith::DivSIOp>(
-      e.loc,
-      b.create<arith::AddIOp>(e.loc, len, e.i64(threads->size * items - 1)),
-      tileLen);
+  Tiles tl = blockTiles();
+  Value tileLen = tl.tileLen, tiles = tl.tiles;
   PartTiles pt = partTiles(tiles, tileLen);
-  Value first = b.create<arith::MulIOp>(e.loc, threads->tid, e.i64(items));
-  Value lastPos = b.create<arith::SubIOp>(e.loc, len, e.i64(1));
-  Value lastTok = b.create<arith::SubIOp>(e.loc, end, e.i64(1));
+  TileStart at = tileStart(/*striped=*/false);
+  Value first = at.first, lastPos = at.lastPos, lastTok = at.lastTok;
   SmallVector<Value> inits;
   for (size_t k = 0; k < scans.size(); ++k) {
     inits.push_back(e.fconst(1.0));

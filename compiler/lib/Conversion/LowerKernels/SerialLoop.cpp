@@ -124,8 +124,13 @@ void SeqKernelEmitter::emitLoop(Loop &l) {
 /// then the counters'); returns them after the last token.
 SmallVector<Value>
 SeqKernelEmitter::emitLoopTokens(Loop &l, SmallVector<Value> carried) {
-  if (!unrolls(l))
+  if (!unrolls(l)) {
+    if (takesNodeRuns(l)) {
+      emitNodeRuns(l);
+      return carried;
+    }
     return emitTokenLoop(l, e.i64(0), len, 1, carried, false);
+  }
   // The first token alone; after it, the token one step back (t + 1 in a
   // reverse loop, t - 1 in a forward one) is always in the sequence, so
   // `next` and `prev` read it without a bounds check, and within an

@@ -91,8 +91,11 @@ Value SeqKernelEmitter::computeTok(Value v, Value t) {
     return shiftTok(s, t);
   if (auto bc = dyn_cast<BroadcastOp>(op)) {
     Domain from = domainOf(bc.getOperand());
-    if (from == Domain::Node) // an earlier node kernel stored it
+    if (from == Domain::Node) { // an earlier node kernel stored it
+      if (runToken && t == runToken)
+        return runValues.lookup(bc.getOperand());
       return e.loadBuffer(bc.getOperand(), e.loadI32AsI64(kTokenNode, t));
+    }
     return from == Domain::Token ? evalTok(bc.getOperand(), t)
                                  : evalOuter(bc.getOperand());
   }
