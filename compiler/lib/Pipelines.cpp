@@ -36,8 +36,8 @@ static cac::CacLowerKernelsOptions lowerOptions(StringRef target,
 /// is off for the simulated GPU: its block kernels hold long flat loop bodies
 /// (a warp shuffle is a store, two barrier calls and a load), and MLIR's
 /// greedy rewriter re-checks a whole body for deadness whenever an op inside
-/// it changes, which took 13 of the 14 s of the rank kernel's lowering. The
-/// JIT's LLVM -O3 does the same folding in a fraction of that.
+/// it changes, quadratic in the body's length. The JIT's LLVM -O3 does the
+/// same folding (docs/pipeline.md).
 static void addLlvmLowering(OpPassManager &pm, bool canonicalize = true) {
   if (canonicalize)
     pm.addPass(createCanonicalizerPass());
