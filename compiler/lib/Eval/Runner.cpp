@@ -31,8 +31,8 @@ namespace {
 /// OS thread: each has its own stack (ucontext), runs until it reaches a
 /// barrier or returns, and the next one runs. A thread starts with
 /// setcontext; every later switch is _setjmp/_longjmp, which keep the
-/// signal mask and so make no system call (swapcontext makes one per switch,
-/// a third of the simulation's time). A warp barrier (inside a
+/// signal mask and so make no system call (swapcontext makes one per
+/// switch). A warp barrier (inside a
 /// shuffle) releases a warp once all its threads wait there; a block barrier
 /// releases the block once every thread waits there. When nothing can be
 /// released and not every thread has returned, the threads reached
