@@ -3,7 +3,7 @@
 // `nth(p, n)` starts a segment at every n-th token where p holds: the count
 // of those tokens so far, minus one, modulo n is 0. The float modulo is a
 // division, a floor, a multiply and a subtract at every token, on the path
-// to each segment start (SPO-chain's forward loop was bound by it). In a
+// to each segment start, the longest chain of a loop that counts. In a
 // loop walked by one thread the count goes up by 0 or 1 a token, so its
 // modulo is a counter that steps with it and wraps at n: carried through
 // the loop, one add, compare and select a token. Where the two are equal
