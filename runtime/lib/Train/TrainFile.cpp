@@ -85,6 +85,29 @@ std::vector<std::pair<std::string, Handler>> fieldTable(Checker &c,
       return i.has_value();
     };
   };
+  auto boolField = [&](bool &out, const char *name) -> Handler {
+    return [&c, &out, name](const Value &v) {
+      auto b = c.boolean(v, std::string("'") + name + "'");
+      if (b)
+        out = *b;
+      return b.has_value();
+    };
+  };
+  // A model dtype's canonical name, or an error at the field. The handlers
+  // outlive this function: they hold a copy of it.
+  auto modelDtype = [&c,
+                     &diag](const Value &v,
+                            const char *name) -> std::optional<std::string> {
+    auto s = c.string(v, std::string("'") + name + "'");
+    if (!s)
+      return std::nullopt;
+    try {
+      return canonicalModelDtype(*s);
+    } catch (const std::exception &e) {
+      diag.error(v.loc, std::string("'") + name + "': " + e.what());
+      return std::nullopt;
+    }
+  };
   return {
       {"model",
        [&](const Value &v) { return parseModel(c, v, cfg.model, "'model'"); }},
@@ -119,13 +142,7 @@ std::vector<std::pair<std::string, Handler>> fieldTable(Checker &c,
       {"kl", [&](const Value &v) { return parseKl(c, v, cfg.kl); }},
       {"epochs", intField(cfg.epochs, "epochs", 1, 1 << 20)},
       {"minibatches", intField(cfg.minibatches, "minibatches", 1, 1 << 20)},
-      {"whiten",
-       [&](const Value &v) {
-         auto b = c.boolean(v, "'whiten'");
-         if (b)
-           cfg.whiten = *b;
-         return b.has_value();
-       }},
+      {"whiten", boolField(cfg.whiten, "whiten")},
       {"optimizer",
        [&](const Value &v) { return parseOptimizer(c, v, cfg.optimizer); }},
       {"schedule",
@@ -149,17 +166,11 @@ std::vector<std::pair<std::string, Handler>> fieldTable(Checker &c,
        }},
       {"threads", intField(cfg.threads, "threads", 0, 1024)},
       {"rollout_dtype",
-       [&](const Value &v) {
-         auto s = c.string(v, "'rollout_dtype'");
-         if (!s)
-           return false;
-         try {
-           cfg.rolloutDtype = canonicalModelDtype(*s);
-         } catch (const std::exception &e) {
-           diag.error(v.loc, std::string("'rollout_dtype': ") + e.what());
-           return false;
-         }
-         return true;
+       [&, modelDtype](const Value &v) {
+         auto name = modelDtype(v, "rollout_dtype");
+         if (name)
+           cfg.rolloutDtype = *name;
+         return name.has_value();
        }},
       {"float32_matmul_precision",
        [&](const Value &v) {
@@ -174,18 +185,11 @@ std::vector<std::pair<std::string, Handler>> fieldTable(Checker &c,
          return s.has_value();
        }},
       {"update_dtype",
-       [&](const Value &v) {
-         auto s = c.string(v, "'update_dtype'");
-         if (!s)
+       [&, modelDtype](const Value &v) {
+         auto name = modelDtype(v, "update_dtype");
+         if (!name)
            return false;
-         std::string name;
-         try {
-           name = canonicalModelDtype(*s);
-         } catch (const std::exception &e) {
-           diag.error(v.loc, std::string("'update_dtype': ") + e.what());
-           return false;
-         }
-         if (name == "float16") {
+         if (*name == "float16") {
            // A float16 backward underflows without loss scaling, which
            // the update has not.
            diag.error(v.loc, "'update_dtype': float16 needs loss scaling, "
@@ -193,16 +197,11 @@ std::vector<std::pair<std::string, Handler>> fieldTable(Checker &c,
                              "bfloat16");
            return false;
          }
-         cfg.updateDtype = name;
+         cfg.updateDtype = *name;
          return true;
        }},
       {"activation_checkpointing",
-       [&](const Value &v) {
-         auto b = c.boolean(v, "'activation_checkpointing'");
-         if (b)
-           cfg.activationCheckpointing = *b;
-         return b.has_value();
-       }},
+       boolField(cfg.activationCheckpointing, "activation_checkpointing")},
   };
 }
 
