@@ -26,6 +26,11 @@ constexpr size_t kMaxOutput = size_t(64) << 20;
 constexpr uint64_t kMaxSteps = 2'000'000;
 /// The most items a list repetition (`[x] * n`) may make.
 constexpr uint64_t kMaxItems = uint64_t(1) << 20;
+/// The deepest value a namespace attribute may hold. A namespace carries a
+/// value from one loop iteration to the next, the one way a value's nesting
+/// can grow without bound (`{% set ns.x = [ns.x] %}`), and printing or
+/// freeing it recurses that deep.
+constexpr uint32_t kMaxValueDepth = 200;
 
 enum class Flow { Normal, Break, Continue };
 
@@ -224,6 +229,17 @@ void Renderer::renderSet(const Stmt &s) {
   if (ns.kind != Value::Kind::Namespace)
     fail(s.loc, "cannot set an attribute of '" + s.targets[0] + "' (" +
                     typeName(ns) + "): only of a namespace()");
+  // A namespace attribute holding a namespace could make a cycle of
+  // references (`{% set ns.me = ns %}`), never freed; no chat template needs
+  // one.
+  if (v.holdsNamespace)
+    fail(s.loc, "cannot set '" + s.targets[0] + "." + s.attr +
+                    "' to a value holding a namespace (outside the supported "
+                    "subset)");
+  if (v.depth > kMaxValueDepth)
+    fail(s.loc, "cannot set '" + s.targets[0] + "." + s.attr +
+                    "': the value is nested more than " +
+                    std::to_string(kMaxValueDepth) + " deep");
   for (auto &[k, x] : *ns.ns)
     if (k == s.attr) {
       x = v;

@@ -33,8 +33,19 @@ Value Value::string(std::string v) {
   return x;
 }
 
+namespace {
+/// Records in \p x the depth and namespaces of one of its items.
+void nestOver(Value &x, const Value &item) {
+  x.depth = std::max(x.depth, item.depth + 1);
+  x.holdsNamespace = x.holdsNamespace || item.holdsNamespace;
+}
+} // namespace
+
 Value Value::makeList(List v) {
   Value x = withKind(Kind::List);
+  x.depth = 1;
+  for (const Value &item : v)
+    nestOver(x, item);
   x.list = std::make_shared<const List>(std::move(v));
   return x;
 }
@@ -47,12 +58,17 @@ Value Value::makeTuple(List v) {
 
 Value Value::makeDict(Dict v) {
   Value x = withKind(Kind::Dict);
+  x.depth = 1;
+  for (const auto &[k, item] : v)
+    nestOver(x, item);
   x.dict = std::make_shared<const Dict>(std::move(v));
   return x;
 }
 
 Value Value::makeNamespace(Dict v) {
   Value x = withKind(Kind::Namespace);
+  x.depth = 1;
+  x.holdsNamespace = true;
   x.ns = std::make_shared<Dict>(std::move(v));
   return x;
 }

@@ -56,6 +56,13 @@ struct Value {
   std::shared_ptr<Dict> ns;
   /// A List that Python holds as a tuple (printed `(a, b)`).
   bool tuple = false;
+  /// How deeply lists and mappings nest in this value (0: a scalar; a
+  /// namespace counts as 1 whatever it holds). Rendering, printing and freeing
+  /// a value recurse this deep, so the evaluator bounds it where values can
+  /// grow without bound: a namespace attribute set in a loop.
+  uint32_t depth = 0;
+  /// Whether a namespace is in this value (itself or among its items).
+  bool holdsNamespace = false;
 
   static Value none() { return withKind(Kind::None); }
   static Value boolean(bool v);

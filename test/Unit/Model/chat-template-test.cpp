@@ -241,6 +241,24 @@ TEST(ChatTemplateTest, RenderErrorsNameTheirPosition) {
     chain += ".a";
   chain += " }}";
   EXPECT_ERROR(run(chain.c_str()), {"nested more than 100 deep"});
+  // A namespace attribute holds no namespace (a cycle of references would
+  // never be freed) and no value nested deeper than 200.
+  EXPECT_ERROR(run("{% set ns = namespace(x=0) %}{% set ns.me = ns %}"),
+               {"T: 1:30: cannot set 'ns.me' to a value holding a namespace"});
+  EXPECT_ERROR(run("{% set ns = namespace(x=0) %}{% set ns.x = [1, {'a': "
+                   "[ns]}] %}"),
+               {"holding a namespace"});
+  EXPECT_EQ(render("{% set a = namespace(x=1) %}{% set b = namespace(inner=a) "
+                   "%}{% set a.x = 2 %}{{ b.inner.x }}"),
+            "2");
+  EXPECT_ERROR(run("{% set ns = namespace(x=0) %}{% for i in range(100000) "
+                   "%}{% set ns.x = [ns.x] %}{% endfor %}{{ ns.x }}"),
+               {"T: 1:58: cannot set 'ns.x': the value is nested more than "
+                "200 deep"});
+  EXPECT_EQ(render("{% set ns = namespace(x=0) %}{% for i in range(200) %}{% "
+                   "set ns.x = [ns.x] %}{% endfor %}{{ (ns.x | tojson)[:3] "
+                   "}}"),
+            "[[[");
   EXPECT_ERROR(run("{{ range(100001) | length }}"), {"limited to 100000"});
   EXPECT_ERROR(run("{{ 9223372036854775807 + 1 }}"), {"integer overflow"});
 }
