@@ -17,6 +17,15 @@ STRUCTURE = ("mask", "lengths", "offsets", "group", "tree_parent",
              "tree_node", "seg_count")
 
 _FLOATS = (torch.float32, torch.float64)
+_CPU = torch.device("cpu")
+_INTEGERS = frozenset((torch.int64, torch.int32, torch.int16, torch.int8,
+                       torch.uint8, torch.bool))
+
+
+def is_integer(t):
+    """True for integer and bool tensors (the common dtypes by a set
+    lookup: a call checks several such tensors)."""
+    return t.dtype in _INTEGERS or not (t.is_floating_point() or t.is_complex())
 
 
 def shape_of(t):
@@ -46,7 +55,8 @@ def check_real(name, t):
 
 
 def _check_device_kind(name, t):
-    if t.device.type not in ("cpu", "cuda"):
+    # is_cpu/is_cuda rather than device.type, which builds a string.
+    if not (t.is_cpu or t.is_cuda):
         raise ValueError(f"'{name}' is on {t.device}; cac runs on CPU or CUDA "
                          "tensors")
 
@@ -89,8 +99,14 @@ class Layout:
         self.N = batch.num_tokens
         self.T = mask.shape[1] if padded else None
 
+    @property
+    def on_cpu(self):
+        """Whether the run is on the CPU (a comparison: device.type builds a
+        string per call)."""
+        return self.device == _CPU
+
     def _by_rows(self, t):
-        return self.right_padded and t.device.type == "cpu"
+        return self.right_padded and t.is_cpu
 
     def _flat_index(self, device):
         """The flat positions of the action tokens in [B, T], computed once
@@ -156,7 +172,7 @@ def _padded_layout(mask):
         raise TypeError(f"mask has dtype {mask.dtype}; expected bool, "
                         "integer or float 0/1")
     _check_device_kind("mask", mask)
-    if mask.device.type == "cpu":
+    if mask.is_cpu:
         counts, right_padded = _cac.mask_rows(mask)
     else:
         # Not checked for right-padded rows: the flat index by nonzero() on
@@ -183,7 +199,7 @@ def _packed_layout(lengths, offsets):
         lengths = (offsets[1:] - offsets[:-1]).cpu()
     else:
         lengths = as_tensor("lengths", lengths)
-        if lengths.dim() != 1 or lengths.is_floating_point() or lengths.is_complex():
+        if lengths.dim() != 1 or not is_integer(lengths):
             raise ValueError("lengths: expected integer [B] (tokens per "
                              f"sequence), got shape {shape_of(lengths)} and "
                              f"dtype {lengths.dtype}")
@@ -211,19 +227,21 @@ def make_layout(kw):
 
 
 def group_ids(group, B):
-    """int64 [B] ids of `group`: integer ids (tensor, array or list) as they
-    are, any other hashable ids (verl's uid strings) by their rank among
-    the sorted distinct ids (first appearance when they do not sort)."""
+    """Integer [B] ids of `group` for Batch.set_groups: integer ids (tensor,
+    array or list) as they are (set_groups reads any integer dtype on any
+    device), any other hashable ids (verl's uid strings) by their rank
+    among the sorted distinct ids (first appearance when they do not
+    sort)."""
     if isinstance(group, torch.Tensor) or (
             hasattr(group, "dtype") and getattr(group.dtype, "kind", "O") in "iub"):
-        t = torch.as_tensor(group)
-        if t.is_floating_point() or t.is_complex():
+        t = group if isinstance(group, torch.Tensor) else torch.as_tensor(group)
+        if not is_integer(t):
             raise TypeError(f"group has dtype {t.dtype}; expected integer "
                             "ids or hashable ids (e.g. uid strings)")
         if t.dim() != 1 or t.shape[0] != B:
             raise ValueError(f"group: expected [B] = [{B}] ids, got shape "
                              f"{shape_of(t)}")
-        return t.cpu().long()
+        return t
     try:
         ids = list(group)
     except TypeError:

@@ -46,8 +46,7 @@ std::optional<at::Tensor> cpuTensor(py::handle h) {
 bool acceptedInput(const at::Tensor &t, const BufferSpec &spec,
                    const PackedBatch &batch) {
   at::ScalarType type = t.scalar_type();
-  if (type != at::kFloat &&
-      !(isIntegerType(type) && spec.dtype == DType::F32))
+  if (type != at::kFloat && !(isIntegerType(type) && spec.dtype == DType::F32))
     return false;
   if (spec.domain != Domain::Seq && spec.domain != Domain::Token &&
       spec.domain != Domain::Group)

@@ -9,6 +9,7 @@ import torch
 
 import cac
 import cacref
+from cac import _cac
 from check_obs import with_observations
 from conftest import (STDLIB, _rows, assert_close, cac_eval, packed_call,
                       padded_call)
@@ -108,6 +109,62 @@ def test_string_group_ids():
     by_str = grpo(reward=R, group=["u1", "u2", "u1", "u2", "u1"], lengths=lengths)
     by_int = grpo(reward=R, group=torch.tensor([7, 3, 7, 3, 7]), lengths=lengths)
     assert torch.equal(by_str["adv"], by_int["adv"])
+
+
+@pytest.mark.parametrize("method", ESTIMATORS)
+def test_packed_float32_calls_run_in_one_step(method):
+    """A packed call on float32 CPU tensors runs through _cac.run_packed
+    (methods without segments or trees: the others answer None) and equals
+    the padded call, whose checks and packing are Python's."""
+    batch = cacref.random_batch(method, 4, max_len=12)
+    est = load(method, batch.get("params", {}))
+    kw = packed_call(est, batch, torch.float32)
+    one_step = _cac.run_packed(est._bundle(torch.float32), kw, est.params, 0)
+    simple = "seg" not in est.inputs.values() and "tree_parent" not in est.inputs
+    assert (one_step is not None) == simple
+    out = est(**kw)
+    padded = padded_call(est, batch, torch.float32)
+    by_mask = est(**padded)
+    for name, domain in est.outputs.items():
+        want = by_mask[name][padded["mask"]] if domain in ("token", "seg") else by_mask[name]
+        assert torch.equal(out[name], want), name
+        if one_step is not None:
+            assert torch.equal(one_step[name], want), name
+    if one_step is not None:
+        assert list(one_step) == list(out)
+
+
+def test_calls_outside_the_one_step_case_take_the_python_path():
+    """run_packed answers None, and the call's checks run in Python, for
+    any call but packed CPU tensors in float32 (or integer flags) with
+    integer lengths and group ids and every input of its shape."""
+    grpo = cac.load(STDLIB / "grpo.cac")
+    bundle = grpo._bundle(torch.float32)
+    R = torch.tensor([1.0, 0.0, 0.5, 2.0])
+    base = dict(reward=R, lengths=torch.tensor([1, 2, 1, 3]),
+                group=torch.tensor([7, 3, 7, 3]))
+    assert torch.equal(_cac.run_packed(bundle, base, grpo.params, 0)["adv"],
+                       grpo(**base, out={})["adv"])
+    flags = dict(base, reward=torch.tensor([1, 0, 0, 2]))
+    assert torch.equal(_cac.run_packed(bundle, flags, grpo.params, 0)["adv"],
+                       grpo(**dict(base, reward=flags["reward"].float()))["adv"])
+    for change in [dict(reward=R.double()), dict(reward=R.half()),
+                   dict(reward=R[:3]), dict(reward=R.tolist()),
+                   dict(lengths=[1, 2, 1, 3]), dict(lengths=R),
+                   dict(lengths=torch.tensor([1, 0, 1, 3])),
+                   dict(group=["a", "b", "a", "b"]), dict(group=R),
+                   dict(group=torch.tensor([7, 3, 7])), dict(rewards=R),
+                   dict(offsets=torch.tensor([0, 1, 3, 4, 7])),
+                   dict(seg_count=torch.tensor([1, 1, 1, 1]))]:
+        assert _cac.run_packed(bundle, dict(base, **change), grpo.params, 0) is None, change
+    for name in ("reward", "lengths", "group"):
+        call = {k: v for k, v in base.items() if k != name}
+        assert _cac.run_packed(bundle, call, grpo.params, 0) is None, name
+    # Groups are structure: a method that reads none ignores them.
+    gae = cac.load(STDLIB / "gae.cac")
+    call = dict(value=torch.ones(7), reward=R, lengths=base["lengths"],
+                group=["a", "b", "a", "b"])
+    assert _cac.run_packed(gae._bundle(torch.float32), call, gae.params, 0) is not None
 
 
 def test_bundles_are_cached_by_content(tmp_path):
