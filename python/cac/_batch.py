@@ -84,7 +84,9 @@ class Layout:
     """The structure of one call: the runtime batch, whether the caller's
     tensors are padded, and the sizes they must have. A padded layout packs
     right-padded rows on the CPU by copying each row's prefix, anything else
-    by a flat index of the action tokens computed where the mask lives."""
+    by a flat index of the action tokens computed where the mask lives; a
+    mask without a 0 has the packed order already, and packs and unpacks by
+    views."""
 
     def __init__(self, batch, padded, device, mask=None, counts=None,
                  right_padded=False):
@@ -98,6 +100,7 @@ class Layout:
         self.B = batch.num_seqs
         self.N = batch.num_tokens
         self.T = mask.shape[1] if padded else None
+        self.full = padded and self.N == self.B * self.T
 
     @property
     def on_cpu(self):
@@ -124,6 +127,8 @@ class Layout:
 
     def pack(self, x):
         """A padded [B, T] tensor packed to [N]."""
+        if self.full:
+            return x.reshape(-1)
         if self._by_rows(x):
             return _cac.pack_rows(x, self.counts)
         return x.reshape(-1).index_select(0, self._flat_index(x.device))
@@ -141,6 +146,9 @@ class Layout:
         is 0), written into `into` (checked by _out.check_tensors) when
         given."""
         if not self.padded:
+            return t if into is None else into.copy_(t)
+        if self.full:
+            t = t.view(self.B, self.T)
             return t if into is None else into.copy_(t)
         if self._by_rows(t):
             return _cac.unpack_rows(t, self.counts, self.T, into)

@@ -221,6 +221,31 @@ def test_right_padded_masks_pack_by_rows(dtype):
         assert torch.equal(got[keep], want) and (got[~keep] == 0).all()
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_full_masks_pack_and_unpack_by_views(dtype):
+    """A mask without a 0 has the packed order already: token inputs reach
+    the kernels and outputs come back as views, no copy, and the call
+    equals the packed one (into out= tensors too)."""
+    from cac import _batch
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(5, 7, generator=g, dtype=dtype)
+    reward = torch.randn(5, generator=g, dtype=dtype)
+    for mask in (torch.ones(5, 7, dtype=torch.bool), torch.ones(5, 7, dtype=torch.int64)):
+        layout = _batch.make_layout({"mask": mask})
+        assert layout.full and layout.pack(x).data_ptr() == x.data_ptr()
+        packed = x.reshape(-1).clone()
+        assert layout.to_caller(packed).data_ptr() == packed.data_ptr()
+        gae = load("gae", {"lambda": 0.9})
+        got = gae(value=x, reward=reward, mask=mask)
+        want = gae(value=x.reshape(-1), reward=reward, lengths=torch.full((5,), 7))
+        kept = {k: torch.empty(5, 7, dtype=dtype) for k in got}
+        into = gae(value=x, reward=reward, mask=mask, out=kept)
+        for k in got:
+            assert torch.equal(got[k], want[k].view(5, 7)), k
+            assert into[k] is kept[k] and torch.equal(kept[k], got[k]), k
+    assert not _batch.make_layout({"mask": torch.ones(5, 7).tril()}).full
+
+
 def test_mask_rows_over_dtypes_and_block_edges():
     """_cac.mask_rows's one-pass scan (byte lanes for 1-byte masks, 255
     entries a block) against boolean arithmetic: rows of every length
