@@ -246,6 +246,36 @@ def test_full_masks_pack_and_unpack_by_views(dtype):
     assert not _batch.make_layout({"mask": torch.ones(5, 7).tril()}).full
 
 
+@pytest.mark.parametrize("dtype", [torch.bool, torch.int64, torch.float32])
+def test_sliced_masks_and_inputs_are_read_with_their_row_stride(dtype):
+    """verl's response mask is a slice of the attention mask, its rows not
+    back to back: mask_rows and pack_rows read such tensors with their row
+    stride (an expanded mask with stride 0 too) and give what their
+    contiguous copies give."""
+    g = torch.Generator().manual_seed(9)
+    lengths = torch.randint(1, 30, (17,), generator=g)
+    prompt = torch.ones(17, 11, dtype=dtype)
+    wide = torch.cat([prompt, (torch.arange(30)[None, :] < lengths[:, None]).to(dtype)], 1)
+    mask = wide[:, -30:]
+    assert not mask.is_contiguous()
+    counts, right_padded = _cac.mask_rows(mask)
+    assert right_padded and torch.equal(counts, lengths)
+    x = torch.randn(17, 45, generator=g, dtype=torch.float64)[:, 5:35]
+    assert torch.equal(_cac.pack_rows(x, counts), x.contiguous()[mask != 0])
+    column = x[:, :1]
+    assert torch.equal(_cac.pack_rows(column, torch.ones(17, dtype=torch.long)),
+                       column.reshape(-1))
+    same = (torch.arange(30) < 12).to(dtype)[None, :].expand(17, 30)
+    assert torch.equal(_cac.mask_rows(same)[0], torch.full((17,), 12))
+
+    gae = load("gae", {"lambda": 0.9})
+    reward = torch.randn(17, generator=g, dtype=torch.float64)
+    got = gae(value=x, reward=reward, mask=mask)
+    want = gae(value=x.contiguous(), reward=reward, mask=mask.contiguous())
+    for name in got:
+        assert torch.equal(got[name], want[name]), name
+
+
 def test_mask_rows_over_dtypes_and_block_edges():
     """_cac.mask_rows's one-pass scan (byte lanes for 1-byte masks, 255
     entries a block) against boolean arithmetic: rows of every length
