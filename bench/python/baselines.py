@@ -63,6 +63,24 @@ def timed(iters, fn, sync=lambda: None):
     return statistics.median(times), min(times)
 
 
+def timed_in_turn(iters, fns, sync=lambda: None):
+    """timed() for several functions called in turn, one call of each per
+    round: [(median, min)] in the order of `fns`. Their ratios are then
+    measured over the same moments, which on a shared machine whose speed
+    drifts is fairer than one block of calls after another."""
+    for fn in fns:
+        fn()
+    sync()
+    times = [[] for _ in fns]
+    for _ in range(iters):
+        for fn, ts in zip(fns, times):
+            t = time.perf_counter()
+            fn()
+            sync()
+            ts.append((time.perf_counter() - t) * 1e3)
+    return [(statistics.median(ts), min(ts)) for ts in times]
+
+
 def make_batch(B, T, device, seed=1):
     g = torch.Generator().manual_seed(seed)
     lengths = torch.randint(T // 2, T + 1, (B,), generator=g)

@@ -21,11 +21,17 @@ median (and minimum) milliseconds of:
             packing the token inputs and unpacking the token outputs;
   verl      the same method as verl's loop (test/python/verl_reference.py, a
             transcription of verl's core_algos loops in PyTorch, not verl).
+Then the minor page faults per padded call, plain and with out= (memory
+the allocator gave back to the kernel and touches again; getrusage).
+The first three columns are timed in turn, one call of each per round,
+and so are the three padded ones (baselines.timed_in_turn), so that their
+ratios are measured over the same moments of a shared machine.
 A benchmark, not a test; it checks only that the package's outputs equal
 the runtime's.
 """
 
 import argparse
+import resource
 import sys
 from pathlib import Path
 
@@ -40,7 +46,7 @@ REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "test" / "python"))
 from verl_reference import ref_gae, ref_grpo  # noqa: E402
 
-from baselines import timed  # noqa: E402
+from baselines import timed, timed_in_turn  # noqa: E402
 
 
 def make_batch(B, T, seed=1):
@@ -56,6 +62,15 @@ def make_batch(B, T, seed=1):
     uids = np.array([f"uid-{int(i)}" for i in group], dtype=object)
     return dict(lengths=lengths, mask=mask, value=value, reward=reward, logp=logp,
                 token_rewards=token_rewards, group=group, uids=uids)
+
+
+def faults(iters, fn):
+    """Minor page faults per call of fn, after a warm-up."""
+    fn()
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(iters):
+        fn()
+    return (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / iters
 
 
 def bench_method(name, est, b, iters, threads):
@@ -75,16 +90,17 @@ def bench_method(name, est, b, iters, threads):
             pb.set_groups(b["group"])
         bundle.run(packed, pb, est.params, threads)
 
-    t = {"runtime": timed(iters, lambda: bundle.run(packed, batch, est.params, threads)),
-         "runtime+batch": timed(iters, runtime_with_batch),
-         "packed": timed(iters, lambda: est(lengths=lengths, threads=threads,
-                                            **packed, **structure)),
-         "padded": timed(iters, lambda: est(mask=mask, threads=threads,
-                                            **inputs, **structure))}
+    def packed_call():
+        est(lengths=lengths, threads=threads, **packed, **structure)
+
+    # The calls on packed inputs in turn (the columns compared), then the
+    # padded ones in turn: a padded call's copies would evict the packed
+    # calls' inputs from the cache.
+    t = dict(zip(("runtime", "runtime+batch", "packed"), timed_in_turn(
+        iters, [lambda: bundle.run(packed, batch, est.params, threads),
+                runtime_with_batch, packed_call])))
     kept = {k: torch.empty_like(v) for k, v in
             est(mask=mask, threads=threads, **inputs, **structure).items()}
-    t["padded out="] = timed(iters, lambda: est(mask=mask, threads=threads, out=kept,
-                                                **inputs, **structure))
 
     def convert():
         layout = _batch.make_layout({"mask": mask})
@@ -93,7 +109,16 @@ def bench_method(name, est, b, iters, threads):
                 layout.pack(v)
         for _ in est.outputs:
             layout.to_caller(torch.empty(layout.N))
-    t["pad<->pack"] = timed(iters, convert)
+    t.update(zip(("padded", "padded out=", "pad<->pack"), timed_in_turn(
+        iters, [lambda: est(mask=mask, threads=threads, **inputs, **structure),
+                lambda: est(mask=mask, threads=threads, out=kept, **inputs,
+                            **structure),
+                convert])))
+
+    t["faults"] = (faults(iters, lambda: est(mask=mask, threads=threads, **inputs,
+                                             **structure)),
+                   faults(iters, lambda: est(mask=mask, threads=threads, out=kept,
+                                             **inputs, **structure)))
 
     out = est(mask=mask, threads=threads, **inputs, **structure)
     want = bundle.run(packed, batch, est.params, threads)
@@ -126,13 +151,14 @@ def main():
     cols = ["runtime", "runtime+batch", "packed", "padded", "padded out=", "pad<->pack",
             "verl"]
     print("| method | " + " | ".join(f"{c} ms" for c in cols)
-          + " | packed over runtime+batch |")
-    print("| --- " * (len(cols) + 2) + "|")
+          + " | packed over runtime+batch | faults: padded, out= |")
+    print("| --- " * (len(cols) + 3) + "|")
     for name, est in methods.items():
         t = bench_method(name, est, b, args.iters, args.threads)
         cells = [f"{t[c][0]:.2f} ({t[c][1]:.2f})" if c in t else "-" for c in cols]
         over = [100 * (t["packed"][i] / t["runtime+batch"][i] - 1) for i in (0, 1)]
-        print(f"| {name} | " + " | ".join(cells) + f" | {over[0]:+.0f}% ({over[1]:+.0f}%) |")
+        print(f"| {name} | " + " | ".join(cells) + f" | {over[0]:+.0f}% ({over[1]:+.0f}%) | "
+              f"{t['faults'][0]:.0f}, {t['faults'][1]:.0f} |")
 
 
 if __name__ == "__main__":

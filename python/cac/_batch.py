@@ -17,6 +17,15 @@ STRUCTURE = ("mask", "lengths", "offsets", "group", "tree_parent",
              "tree_node", "seg_count")
 
 _FLOATS = (torch.float32, torch.float64)
+_CPU = torch.device("cpu")
+_INTEGERS = frozenset((torch.int64, torch.int32, torch.int16, torch.int8,
+                       torch.uint8, torch.bool))
+
+
+def is_integer(t):
+    """True for integer and bool tensors (the common dtypes by a set
+    lookup: a call checks several such tensors)."""
+    return t.dtype in _INTEGERS or not (t.is_floating_point() or t.is_complex())
 
 
 def shape_of(t):
@@ -46,7 +55,8 @@ def check_real(name, t):
 
 
 def _check_device_kind(name, t):
-    if t.device.type not in ("cpu", "cuda"):
+    # is_cpu/is_cuda rather than device.type, which builds a string.
+    if not (t.is_cpu or t.is_cuda):
         raise ValueError(f"'{name}' is on {t.device}; cac runs on CPU or CUDA "
                          "tensors")
 
@@ -74,7 +84,9 @@ class Layout:
     """The structure of one call: the runtime batch, whether the caller's
     tensors are padded, and the sizes they must have. A padded layout packs
     right-padded rows on the CPU by copying each row's prefix, anything else
-    by a flat index of the action tokens computed where the mask lives."""
+    by a flat index of the action tokens computed where the mask lives; a
+    mask without a 0 has the packed order already, and packs and unpacks by
+    views."""
 
     def __init__(self, batch, padded, device, mask=None, counts=None,
                  right_padded=False):
@@ -88,9 +100,16 @@ class Layout:
         self.B = batch.num_seqs
         self.N = batch.num_tokens
         self.T = mask.shape[1] if padded else None
+        self.full = padded and self.N == self.B * self.T
+
+    @property
+    def on_cpu(self):
+        """Whether the run is on the CPU (a comparison: device.type builds a
+        string per call)."""
+        return self.device == _CPU
 
     def _by_rows(self, t):
-        return self.right_padded and t.device.type == "cpu"
+        return self.right_padded and t.is_cpu
 
     def _flat_index(self, device):
         """The flat positions of the action tokens in [B, T], computed once
@@ -108,6 +127,8 @@ class Layout:
 
     def pack(self, x):
         """A padded [B, T] tensor packed to [N]."""
+        if self.full:
+            return x.reshape(-1)
         if self._by_rows(x):
             return _cac.pack_rows(x, self.counts)
         return x.reshape(-1).index_select(0, self._flat_index(x.device))
@@ -125,6 +146,9 @@ class Layout:
         is 0), written into `into` (checked by _out.check_tensors) when
         given."""
         if not self.padded:
+            return t if into is None else into.copy_(t)
+        if self.full:
+            t = t.view(self.B, self.T)
             return t if into is None else into.copy_(t)
         if self._by_rows(t):
             return _cac.unpack_rows(t, self.counts, self.T, into)
@@ -156,7 +180,7 @@ def _padded_layout(mask):
         raise TypeError(f"mask has dtype {mask.dtype}; expected bool, "
                         "integer or float 0/1")
     _check_device_kind("mask", mask)
-    if mask.device.type == "cpu":
+    if mask.is_cpu:
         counts, right_padded = _cac.mask_rows(mask)
     else:
         # Not checked for right-padded rows: the flat index by nonzero() on
@@ -183,7 +207,7 @@ def _packed_layout(lengths, offsets):
         lengths = (offsets[1:] - offsets[:-1]).cpu()
     else:
         lengths = as_tensor("lengths", lengths)
-        if lengths.dim() != 1 or lengths.is_floating_point() or lengths.is_complex():
+        if lengths.dim() != 1 or not is_integer(lengths):
             raise ValueError("lengths: expected integer [B] (tokens per "
                              f"sequence), got shape {shape_of(lengths)} and "
                              f"dtype {lengths.dtype}")
@@ -211,19 +235,21 @@ def make_layout(kw):
 
 
 def group_ids(group, B):
-    """int64 [B] ids of `group`: integer ids (tensor, array or list) as they
-    are, any other hashable ids (verl's uid strings) by their rank among
-    the sorted distinct ids (first appearance when they do not sort)."""
+    """Integer [B] ids of `group` for Batch.set_groups: integer ids (tensor,
+    array or list) as they are (set_groups reads any integer dtype on any
+    device), any other hashable ids (verl's uid strings) by their rank
+    among the sorted distinct ids (first appearance when they do not
+    sort)."""
     if isinstance(group, torch.Tensor) or (
             hasattr(group, "dtype") and getattr(group.dtype, "kind", "O") in "iub"):
-        t = torch.as_tensor(group)
-        if t.is_floating_point() or t.is_complex():
+        t = group if isinstance(group, torch.Tensor) else torch.as_tensor(group)
+        if not is_integer(t):
             raise TypeError(f"group has dtype {t.dtype}; expected integer "
                             "ids or hashable ids (e.g. uid strings)")
         if t.dim() != 1 or t.shape[0] != B:
             raise ValueError(f"group: expected [B] = [{B}] ids, got shape "
                              f"{shape_of(t)}")
-        return t.cpu().long()
+        return t
     try:
         ids = list(group)
     except TypeError:

@@ -9,6 +9,7 @@
 //
 //===----------------------------------------------------------------------===//
 
+#include "PackedCall.h"
 #include "Padded.h"
 #include "cac/Runtime/Kernels/Bundle.h"
 
@@ -162,4 +163,5 @@ PYBIND11_MODULE(_cac, m) {
   bindBatch(m);
   bindBundle(m);
   bindPadded(m);
+  bindPackedCall(m);
 }

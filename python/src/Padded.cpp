@@ -29,10 +29,20 @@ namespace py = pybind11;
 
 namespace {
 
+/// `t` as a CPU matrix whose rows are contiguous, read in place: a slice of
+/// a wider tensor (verl's response mask is the attention mask's last T
+/// columns) keeps its row stride rather than being copied.
 at::Tensor hostMatrix(const at::Tensor &t, const char *what) {
   if (!t.defined() || t.dim() != 2 || !t.device().is_cpu())
     throw py::value_error(std::string(what) + ": expected a CPU [B, T] tensor");
+  if (t.stride(1) == 1 || t.size(1) <= 1)
+    return t;
   return t.contiguous();
+}
+
+/// The distance between two rows of a hostMatrix, in elements.
+int64_t rowStride(const at::Tensor &m) {
+  return m.size(0) > 1 ? m.stride(0) : m.size(1);
 }
 
 /// One row's nonzero entries and its "rises" (a nonzero entry after a
@@ -68,13 +78,13 @@ private:
 /// Per row: the number of nonzero entries, and whether they are the row's
 /// first ones (a right-padded row).
 template <typename T>
-void countRows(const T *m, int64_t rows, int64_t cols, int64_t *counts,
-               std::atomic<bool> &prefix) {
+void countRows(const T *m, int64_t rows, int64_t cols, int64_t stride,
+               int64_t *counts, std::atomic<bool> &prefix) {
   at::parallel_for(0, rows, 64, [&](int64_t begin, int64_t end) {
     bool allPrefix = true;
     for (int64_t b = begin; b < end; ++b) {
       RowScan<T> row;
-      row.scan(m + b * cols, cols);
+      row.scan(m + b * stride, cols);
       counts[b] = row.count;
       allPrefix = allPrefix && row.rises == 0;
     }
@@ -89,16 +99,16 @@ py::tuple maskRows(const at::Tensor &maskIn) {
   std::atomic<bool> prefix{true};
   {
     py::gil_scoped_release release;
-    int64_t rows = mask.size(0), cols = mask.size(1);
+    int64_t rows = mask.size(0), cols = mask.size(1), stride = rowStride(mask);
     int64_t *c = counts.data_ptr<int64_t>();
     if (mask.element_size() == 1) {
       // bool, uint8 and int8 alike: a byte is set when it is not 0.
-      countRows(static_cast<const uint8_t *>(mask.data_ptr()), rows, cols, c,
-                prefix);
+      countRows(static_cast<const uint8_t *>(mask.data_ptr()), rows, cols,
+                stride, c, prefix);
     } else {
       AT_DISPATCH_ALL_TYPES_AND2(
           at::kHalf, at::kBFloat16, mask.scalar_type(), "mask_rows", [&] {
-            countRows(mask.data_ptr<scalar_t>(), rows, cols, c, prefix);
+            countRows(mask.data_ptr<scalar_t>(), rows, cols, stride, c, prefix);
           });
     }
   }
@@ -138,7 +148,7 @@ at::Tensor outputTensor(const std::optional<at::Tensor> &out,
 
 at::Tensor packRows(const at::Tensor &paddedIn, const at::Tensor &counts) {
   at::Tensor padded = hostMatrix(paddedIn, "padded tensor");
-  int64_t rows = padded.size(0), cols = padded.size(1);
+  int64_t rows = padded.size(0), stride = rowStride(padded);
   std::vector<int64_t> starts = rowStarts(counts, rows);
   const int64_t *c = counts.data_ptr<int64_t>();
   at::Tensor out = at::empty({starts[rows]}, padded.options());
@@ -148,7 +158,7 @@ at::Tensor packRows(const at::Tensor &paddedIn, const at::Tensor &counts) {
   py::gil_scoped_release release;
   at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
     for (int64_t b = begin; b < end; ++b)
-      std::memcpy(dst + starts[b] * size, src + b * cols * size, c[b] * size);
+      std::memcpy(dst + starts[b] * size, src + b * stride * size, c[b] * size);
   });
   return out;
 }

@@ -9,6 +9,7 @@ import torch
 
 import cac
 import cacref
+from cac import _cac
 from check_obs import with_observations
 from conftest import (STDLIB, _rows, assert_close, cac_eval, packed_call,
                       padded_call)
@@ -110,6 +111,62 @@ def test_string_group_ids():
     assert torch.equal(by_str["adv"], by_int["adv"])
 
 
+@pytest.mark.parametrize("method", ESTIMATORS)
+def test_packed_float32_calls_run_in_one_step(method):
+    """A packed call on float32 CPU tensors runs through _cac.run_packed
+    (methods without segments or trees: the others answer None) and equals
+    the padded call, whose checks and packing are Python's."""
+    batch = cacref.random_batch(method, 4, max_len=12)
+    est = load(method, batch.get("params", {}))
+    kw = packed_call(est, batch, torch.float32)
+    one_step = _cac.run_packed(est._bundle(torch.float32), kw, est.params, 0)
+    simple = "seg" not in est.inputs.values() and "tree_parent" not in est.inputs
+    assert (one_step is not None) == simple
+    out = est(**kw)
+    padded = padded_call(est, batch, torch.float32)
+    by_mask = est(**padded)
+    for name, domain in est.outputs.items():
+        want = by_mask[name][padded["mask"]] if domain in ("token", "seg") else by_mask[name]
+        assert torch.equal(out[name], want), name
+        if one_step is not None:
+            assert torch.equal(one_step[name], want), name
+    if one_step is not None:
+        assert list(one_step) == list(out)
+
+
+def test_calls_outside_the_one_step_case_take_the_python_path():
+    """run_packed answers None, and the call's checks run in Python, for
+    any call but packed CPU tensors in float32 (or integer flags) with
+    integer lengths and group ids and every input of its shape."""
+    grpo = cac.load(STDLIB / "grpo.cac")
+    bundle = grpo._bundle(torch.float32)
+    R = torch.tensor([1.0, 0.0, 0.5, 2.0])
+    base = dict(reward=R, lengths=torch.tensor([1, 2, 1, 3]),
+                group=torch.tensor([7, 3, 7, 3]))
+    assert torch.equal(_cac.run_packed(bundle, base, grpo.params, 0)["adv"],
+                       grpo(**base, out={})["adv"])
+    flags = dict(base, reward=torch.tensor([1, 0, 0, 2]))
+    assert torch.equal(_cac.run_packed(bundle, flags, grpo.params, 0)["adv"],
+                       grpo(**dict(base, reward=flags["reward"].float()))["adv"])
+    for change in [dict(reward=R.double()), dict(reward=R.half()),
+                   dict(reward=R[:3]), dict(reward=R.tolist()),
+                   dict(lengths=[1, 2, 1, 3]), dict(lengths=R),
+                   dict(lengths=torch.tensor([1, 0, 1, 3])),
+                   dict(group=["a", "b", "a", "b"]), dict(group=R),
+                   dict(group=torch.tensor([7, 3, 7])), dict(rewards=R),
+                   dict(offsets=torch.tensor([0, 1, 3, 4, 7])),
+                   dict(seg_count=torch.tensor([1, 1, 1, 1]))]:
+        assert _cac.run_packed(bundle, dict(base, **change), grpo.params, 0) is None, change
+    for name in ("reward", "lengths", "group"):
+        call = {k: v for k, v in base.items() if k != name}
+        assert _cac.run_packed(bundle, call, grpo.params, 0) is None, name
+    # Groups are structure: a method that reads none ignores them.
+    gae = cac.load(STDLIB / "gae.cac")
+    call = dict(value=torch.ones(7), reward=R, lengths=base["lengths"],
+                group=["a", "b", "a", "b"])
+    assert _cac.run_packed(gae._bundle(torch.float32), call, gae.params, 0) is not None
+
+
 def test_bundles_are_cached_by_content(tmp_path):
     src = tmp_path / "a.cac"
     src.write_text((STDLIB / "rloo.cac").read_text())
@@ -162,6 +219,61 @@ def test_right_padded_masks_pack_by_rows(dtype):
         keep = m != 0
         want = gae(value=x[keep], reward=reward, lengths=keep.sum(1))["adv"]
         assert torch.equal(got[keep], want) and (got[~keep] == 0).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_full_masks_pack_and_unpack_by_views(dtype):
+    """A mask without a 0 has the packed order already: token inputs reach
+    the kernels and outputs come back as views, no copy, and the call
+    equals the packed one (into out= tensors too)."""
+    from cac import _batch
+    g = torch.Generator().manual_seed(8)
+    x = torch.randn(5, 7, generator=g, dtype=dtype)
+    reward = torch.randn(5, generator=g, dtype=dtype)
+    for mask in (torch.ones(5, 7, dtype=torch.bool), torch.ones(5, 7, dtype=torch.int64)):
+        layout = _batch.make_layout({"mask": mask})
+        assert layout.full and layout.pack(x).data_ptr() == x.data_ptr()
+        packed = x.reshape(-1).clone()
+        assert layout.to_caller(packed).data_ptr() == packed.data_ptr()
+        gae = load("gae", {"lambda": 0.9})
+        got = gae(value=x, reward=reward, mask=mask)
+        want = gae(value=x.reshape(-1), reward=reward, lengths=torch.full((5,), 7))
+        kept = {k: torch.empty(5, 7, dtype=dtype) for k in got}
+        into = gae(value=x, reward=reward, mask=mask, out=kept)
+        for k in got:
+            assert torch.equal(got[k], want[k].view(5, 7)), k
+            assert into[k] is kept[k] and torch.equal(kept[k], got[k]), k
+    assert not _batch.make_layout({"mask": torch.ones(5, 7).tril()}).full
+
+
+@pytest.mark.parametrize("dtype", [torch.bool, torch.int64, torch.float32])
+def test_sliced_masks_and_inputs_are_read_with_their_row_stride(dtype):
+    """verl's response mask is a slice of the attention mask, its rows not
+    back to back: mask_rows and pack_rows read such tensors with their row
+    stride (an expanded mask with stride 0 too) and give what their
+    contiguous copies give."""
+    g = torch.Generator().manual_seed(9)
+    lengths = torch.randint(1, 30, (17,), generator=g)
+    prompt = torch.ones(17, 11, dtype=dtype)
+    wide = torch.cat([prompt, (torch.arange(30)[None, :] < lengths[:, None]).to(dtype)], 1)
+    mask = wide[:, -30:]
+    assert not mask.is_contiguous()
+    counts, right_padded = _cac.mask_rows(mask)
+    assert right_padded and torch.equal(counts, lengths)
+    x = torch.randn(17, 45, generator=g, dtype=torch.float64)[:, 5:35]
+    assert torch.equal(_cac.pack_rows(x, counts), x.contiguous()[mask != 0])
+    column = x[:, :1]
+    assert torch.equal(_cac.pack_rows(column, torch.ones(17, dtype=torch.long)),
+                       column.reshape(-1))
+    same = (torch.arange(30) < 12).to(dtype)[None, :].expand(17, 30)
+    assert torch.equal(_cac.mask_rows(same)[0], torch.full((17,), 12))
+
+    gae = load("gae", {"lambda": 0.9})
+    reward = torch.randn(17, generator=g, dtype=torch.float64)
+    got = gae(value=x, reward=reward, mask=mask)
+    want = gae(value=x.contiguous(), reward=reward, mask=mask.contiguous())
+    for name in got:
+        assert torch.equal(got[name], want[name]), name
 
 
 def test_mask_rows_over_dtypes_and_block_edges():
