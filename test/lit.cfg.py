@@ -75,6 +75,10 @@ if ptxas:
     config.available_features.add("ptxas")
     config.substitutions.append(("%ptxas", ptxas))
 
+# x86-64 CPU names (cac compile --cpu=x86-64-v3) mean something here.
+if platform.machine() == "x86_64":
+    config.available_features.add("x86_64")
+
 # The CPU kernels call glibc's vector math library (libmvec) on x86-64 Linux
 # with glibc, as compiler/lib/Target/HostOptimizer.cpp decides.
 if (platform.machine() == "x86_64" and sys.platform.startswith("linux")

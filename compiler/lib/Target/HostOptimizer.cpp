@@ -4,29 +4,35 @@
 // the default TargetLibraryInfo, which knows no vector math library: a loop
 // calling llvm.exp.f32 is vectorized with llvm.exp.v8f32, which the backend
 // splits into eight scalar expf calls. With libmvec's mappings (clang's
-// -fveclib=libmvec) the vectorizer calls _ZGVdN8v_expf once per 8 tokens.
+// -fveclib=libmvec) the vectorizer calls _ZGVdN8v_expf once per 8 tokens
+// (on a CPU with AVX2; elsewhere the calls stay scalar).
 //
 //===----------------------------------------------------------------------===//
 
 #include "HostOptimizer.h"
 
 #include "llvm/IR/Module.h"
+#include "llvm/MC/MCSubtargetInfo.h"
 #include "llvm/Passes/PassBuilder.h"
 #include "llvm/Target/TargetMachine.h"
 #include "llvm/TargetParser/Triple.h"
 
 using namespace llvm;
 
-bool cac::hostUsesLibmvec(const Triple &triple) {
+bool cac::hostUsesLibmvec(const TargetMachine &tm) {
+  const Triple &triple = tm.getTargetTriple();
+  // LLVM's libmvec table maps 8-float loops to the AVX2 variants whatever
+  // the CPU, so a CPU without AVX2 keeps scalar libm.
   return triple.getArch() == Triple::x86_64 && triple.isOSLinux() &&
-         triple.isGNUEnvironment();
+         triple.isGNUEnvironment() &&
+         tm.getMCSubtargetInfo()->checkFeatures("+avx2");
 }
 
-TargetLibraryInfoImpl cac::hostLibraryInfo(const Triple &triple) {
-  TargetLibraryInfoImpl tlii(triple);
-  if (hostUsesLibmvec(triple))
+TargetLibraryInfoImpl cac::hostLibraryInfo(const TargetMachine &tm) {
+  TargetLibraryInfoImpl tlii(tm.getTargetTriple());
+  if (hostUsesLibmvec(tm))
     tlii.addVectorizableFunctionsFromVecLib(TargetLibraryInfoImpl::LIBMVEC_X86,
-                                            triple);
+                                            tm.getTargetTriple());
   return tlii;
 }
 
@@ -43,7 +49,7 @@ void cac::optimizeForHost(Module &m, TargetMachine &tm) {
   CGSCCAnalysisManager cgam;
   ModuleAnalysisManager mam;
   // Registered before the defaults, which then keep it.
-  TargetLibraryInfoImpl tlii = hostLibraryInfo(Triple(m.getTargetTriple()));
+  TargetLibraryInfoImpl tlii = hostLibraryInfo(tm);
   fam.registerPass([&] { return TargetLibraryAnalysis(tlii); });
   pb.registerModuleAnalyses(mam);
   pb.registerCGSCCAnalyses(cgam);

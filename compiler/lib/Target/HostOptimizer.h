@@ -14,21 +14,19 @@
 namespace llvm {
 class Module;
 class TargetMachine;
-class Triple;
 } // namespace llvm
 
 namespace cac {
 
 /// True where the kernels call glibc's vector math library (libmvec) for
-/// the libm functions of their loops: x86-64 Linux with glibc. host.so then
-/// links libmvec (it ships with glibc's libc6 on the machines the runtime
-/// runs on).
-bool hostUsesLibmvec(const llvm::Triple &triple);
+/// the libm functions of their loops: x86-64 Linux with glibc, on a CPU
+/// (\p tm's) with AVX2. host.so then links libmvec (it ships with glibc's
+/// libc6 on the machines the runtime runs on).
+bool hostUsesLibmvec(const llvm::TargetMachine &tm);
 
-/// The library functions LLVM may assume on \p triple, with libmvec's
-/// vector variants of exp, log, sin, cos, tan and pow where
-/// hostUsesLibmvec.
-llvm::TargetLibraryInfoImpl hostLibraryInfo(const llvm::Triple &triple);
+/// The library functions LLVM may assume for \p tm, with libmvec's vector
+/// variants of exp, log, sin, cos, tan and pow where hostUsesLibmvec.
+llvm::TargetLibraryInfoImpl hostLibraryInfo(const llvm::TargetMachine &tm);
 
 /// Runs LLVM's -O3 pipeline for \p tm on \p m, with hostLibraryInfo, so that
 /// a loop that calls expf or logf is vectorized with libmvec's 8-float

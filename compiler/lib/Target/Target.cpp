@@ -12,6 +12,7 @@
 #include "mlir/Target/LLVMIR/Export.h"
 #include "llvm/IR/LegacyPassManager.h"
 #include "llvm/IR/Module.h"
+#include "llvm/MC/MCSubtargetInfo.h"
 #include "llvm/MC/TargetRegistry.h"
 #include "llvm/Support/FileSystem.h"
 #include "llvm/Support/Path.h"
@@ -58,8 +59,61 @@ static void initNativeTarget() {
   (void)done;
 }
 
-static std::unique_ptr<llvm::Module> translate(ModuleOp module,
-                                               llvm::LLVMContext &ctx) {
+/// The host's target, or null with \p error.
+static const llvm::Target *hostTarget(const std::string &triple,
+                                      std::string &error) {
+  initNativeTarget();
+  return llvm::TargetRegistry::lookupTarget(triple, error);
+}
+
+bool cac::isKnownHostCpu(llvm::StringRef cpu, std::string &error) {
+  if (cpu == kNativeCpu)
+    return true;
+  std::string triple = llvm::sys::getDefaultTargetTriple();
+  const llvm::Target *target = hostTarget(triple, error);
+  if (!target)
+    return false;
+  // Made for the generic CPU: made for an unknown one, LLVM would print a
+  // warning of its own.
+  std::unique_ptr<llvm::MCSubtargetInfo> info(
+      target->createMCSubtargetInfo(triple, "generic", ""));
+  if (info && info->isCPUStringValid(cpu))
+    return true;
+  error = ("unknown CPU '" + cpu + "' for " + triple +
+           " (native, or an LLVM CPU name such as x86-64-v3 or znver3)")
+              .str();
+  return false;
+}
+
+/// The machine that optimizes the IR for \p cpu: for "native", the
+/// detected host with its features; null where the host has no target (the
+/// IR is then left unoptimized).
+static std::unique_ptr<llvm::TargetMachine>
+optimizingMachine(llvm::StringRef cpu) {
+  if (cpu == cac::kNativeCpu) {
+    initNativeTarget();
+    auto tmb = llvm::orc::JITTargetMachineBuilder::detectHost();
+    if (!tmb) {
+      llvm::consumeError(tmb.takeError());
+      return nullptr;
+    }
+    auto tm = tmb->createTargetMachine();
+    if (!tm) {
+      llvm::consumeError(tm.takeError());
+      return nullptr;
+    }
+    return std::move(*tm);
+  }
+  std::string triple = llvm::sys::getDefaultTargetTriple(), error;
+  const llvm::Target *target = hostTarget(triple, error);
+  if (!target)
+    return nullptr;
+  return std::unique_ptr<llvm::TargetMachine>(target->createTargetMachine(
+      triple, cpu, "", llvm::TargetOptions(), llvm::Reloc::PIC_));
+}
+
+static std::unique_ptr<llvm::Module>
+translate(ModuleOp module, llvm::LLVMContext &ctx, llvm::StringRef cpu) {
   registerBuiltinDialectTranslation(*module.getContext());
   registerLLVMDialectTranslation(*module.getContext());
   auto llvmModule = translateModuleToLLVMIR(module, ctx);
@@ -67,25 +121,17 @@ static std::unique_ptr<llvm::Module> translate(ModuleOp module,
     module.emitError("translation to LLVM IR failed");
     return nullptr;
   }
-  initNativeTarget();
-  auto tmb = llvm::orc::JITTargetMachineBuilder::detectHost();
-  if (!tmb) {
-    llvm::consumeError(tmb.takeError());
+  std::unique_ptr<llvm::TargetMachine> tm = optimizingMachine(cpu);
+  if (!tm)
     return llvmModule;
-  }
-  auto tm = tmb->createTargetMachine();
-  if (!tm) {
-    llvm::consumeError(tm.takeError());
-    return llvmModule;
-  }
-  ExecutionEngine::setupTargetTripleAndDataLayout(llvmModule.get(), tm->get());
-  cac::optimizeForHost(*llvmModule, **tm);
+  ExecutionEngine::setupTargetTripleAndDataLayout(llvmModule.get(), tm.get());
+  cac::optimizeForHost(*llvmModule, *tm);
   return llvmModule;
 }
 
-FailureOr<std::string> cac::emitLlvmIr(ModuleOp module) {
+FailureOr<std::string> cac::emitLlvmIr(ModuleOp module, llvm::StringRef cpu) {
   llvm::LLVMContext ctx;
-  auto m = translate(module, ctx);
+  auto m = translate(module, ctx, cpu);
   if (!m)
     return failure();
   std::string s;
@@ -94,20 +140,21 @@ FailureOr<std::string> cac::emitLlvmIr(ModuleOp module) {
   return os.str();
 }
 
-LogicalResult cac::emitSharedObject(ModuleOp module, llvm::StringRef soPath) {
+LogicalResult cac::emitSharedObject(ModuleOp module, llvm::StringRef soPath,
+                                    llvm::StringRef cpu) {
   llvm::LLVMContext ctx;
-  auto m = translate(module, ctx);
+  auto m = translate(module, ctx, cpu);
   if (!m)
     return failure();
-  initNativeTarget();
   std::string triple = llvm::sys::getDefaultTargetTriple();
   std::string err;
-  const llvm::Target *target = llvm::TargetRegistry::lookupTarget(triple, err);
+  const llvm::Target *target = hostTarget(triple, err);
   if (!target)
     return module.emitError("no native target: ") << err;
   llvm::TargetOptions opts;
   std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
-      triple, llvm::sys::getHostCPUName(), "", opts, llvm::Reloc::PIC_));
+      triple, cpu == kNativeCpu ? llvm::sys::getHostCPUName() : cpu, "", opts,
+      llvm::Reloc::PIC_));
   m->setDataLayout(tm->createDataLayout());
   m->setTargetTriple(triple);
 
@@ -124,8 +171,7 @@ LogicalResult cac::emitSharedObject(ModuleOp module, llvm::StringRef soPath) {
     // The code generator's ReplaceWithVeclib maps the vector math
     // intrinsics that no loop vectorizer call replaced (an SLP-vectorized
     // exp) to the same library.
-    pm.add(new llvm::TargetLibraryInfoWrapperPass(
-        cac::hostLibraryInfo(llvm::Triple(triple))));
+    pm.add(new llvm::TargetLibraryInfoWrapperPass(cac::hostLibraryInfo(*tm)));
     if (tm->addPassesToEmitFile(pm, out, nullptr,
                                 llvm::CodeGenFileType::ObjectFile))
       return module.emitError("the target cannot emit object files");
@@ -136,7 +182,7 @@ LogicalResult cac::emitSharedObject(ModuleOp module, llvm::StringRef soPath) {
     return module.emitError("no C compiler (cc) to link ") << soPath;
   llvm::SmallVector<llvm::StringRef> args = {*cc,    "-shared", "-o",
                                              soPath, objPath,   "-lm"};
-  if (cac::hostUsesLibmvec(llvm::Triple(triple)))
+  if (cac::hostUsesLibmvec(*tm))
     args.push_back("-lmvec");
   std::string msg;
   int rc = llvm::sys::ExecuteAndWait(*cc, args, std::nullopt, {}, 0, 0, &msg);
@@ -187,7 +233,8 @@ void *cac::JitKernels::lookup(llvm::StringRef name) {
 }
 
 LogicalResult cac::writeBundle(llvm::StringRef dir, llvm::StringRef manifest,
-                               llvm::StringRef ptx, ModuleOp cpuModule) {
+                               llvm::StringRef ptx, ModuleOp cpuModule,
+                               llvm::StringRef cpu) {
   if (auto ec = llvm::sys::fs::create_directories(dir)) {
     llvm::errs() << "error: cannot create " << dir << ": " << ec.message()
                  << "\n";
@@ -213,7 +260,7 @@ LogicalResult cac::writeBundle(llvm::StringRef dir, llvm::StringRef manifest,
   if (cpuModule) {
     llvm::SmallString<256> so(dir);
     llvm::sys::path::append(so, "host.so");
-    if (failed(emitSharedObject(cpuModule, so)))
+    if (failed(emitSharedObject(cpuModule, so, cpu)))
       return failure();
   }
   return success();

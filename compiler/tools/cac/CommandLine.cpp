@@ -8,6 +8,7 @@
 #include "CommandLine.h"
 
 #include "cac/Conversion/Passes.h"
+#include "cac/Target/Target.h"
 
 #include "llvm/ADT/StringRef.h"
 #include "llvm/Support/CommandLine.h"
@@ -28,6 +29,13 @@ static cl::opt<std::string> outputFile("o", cl::desc("Output file"),
                                        cl::cat(cat));
 static cl::opt<std::string> arch("arch", cl::desc("GPU architecture"),
                                  cl::init("sm_90"), cl::cat(cat));
+static cl::opt<std::string> hostCpu(
+    "cpu",
+    cl::desc("The CPU that --emit=llvm and a bundle's host.so are compiled "
+             "for: native (this machine's, the default) or an LLVM CPU name "
+             "(x86-64-v3, znver3, ...), for a bundle that runs on every CPU "
+             "with that CPU's features"),
+    cl::init("native"), cl::cat(cat));
 static cl::opt<unsigned> timeLimit(
     "time-limit",
     cl::desc("Stop with an error after this many seconds of wall time (0: no "
@@ -156,6 +164,7 @@ ToolOptions toolOptions() {
   o.dtype = dtype;
   o.gradMode = gradMode;
   o.aggregation = aggregationArg;
+  o.cpu = hostCpu;
   KernelOptions &k = o.kernels;
   k.chip = arch;
   k.lower.seqBlock = seqBlock;
@@ -214,6 +223,8 @@ llvm::Expected<CommandLine> checkedCommandLine() {
     return llvm::createStringError("--" + err);
   if (std::string err = nvptxChipError(c.options.kernels.chip); !err.empty())
     return llvm::createStringError(err);
+  if (std::string err; !isKnownHostCpu(c.options.cpu, err))
+    return llvm::createStringError("--cpu: " + err);
   if (c.command != "compile" && c.command != "eval")
     return llvm::createStringError("unknown command '" + c.command +
                                    "'; expected compile or eval");

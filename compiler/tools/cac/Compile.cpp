@@ -44,7 +44,8 @@ int compileToPtx(const ToolOptions &opts, MLIRContext &ctx, ModuleOp module) {
           buildCpuPipeline(pm, k);
         })))
       return 1;
-    if (failed(writeBundle(opts.bundleDir, *manifest, *ptx, *cpuModule)))
+    if (failed(
+            writeBundle(opts.bundleDir, *manifest, *ptx, *cpuModule, opts.cpu)))
       return 1;
   }
   if (opts.emit == Emit::Manifest)
@@ -82,7 +83,7 @@ int runCompile(const ToolOptions &opts, Source &src) {
           buildCpuPipeline(pm, opts.kernels);
         })))
       return 1;
-    auto ir = emitLlvmIr(*module);
+    auto ir = emitLlvmIr(*module, opts.cpu);
     return succeeded(ir) && writeOutput(opts, *ir) ? 0 : 1;
   }
   default:

@@ -39,6 +39,8 @@ struct ToolOptions {
   std::string dtype = "f64";
   std::string gradMode = "compiled";
   std::string aggregation;
+  /// --cpu: what --emit=llvm and a bundle's host.so are compiled for.
+  std::string cpu = "native";
   KernelOptions kernels;
 };
 
