@@ -3,7 +3,9 @@
 The Python process never loads MLIR: a bundle is made by the `cac compile`
 tool and kept in a cache folder under a key that hashes everything the
 compiled code depends on (the file and every file it imports, the
-precision, the compile options and the compiler itself). Parameters are
+precision, the compile options, the compiler itself and this machine's CPU:
+host.so is compiled for it, so a cache folder shared by machines of other
+CPUs keeps a bundle for each). Parameters are
 not part of the key: they are arguments of the kernels, so one bundle
 serves every parameter value (docs/language.md).
 """
@@ -95,11 +97,27 @@ def option_flags(options):
     return flags
 
 
+def _host_cpu():
+    """This machine's CPU as host.so's code depends on it: its model and
+    instruction set extensions (/proc/cpuinfo's first processor), else the
+    architecture's name."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            lines = [ln for ln in f.read().split("\n\n")[0].splitlines()
+                     if ln.startswith(("model name", "flags", "Features",
+                                       "CPU part"))]
+        if lines:
+            return "\n".join(lines)
+    except OSError:
+        pass
+    return os.uname().machine
+
+
 def bundle_key(path, dtype, options, compiler):
     """The content hash that names a bundle in the cache."""
     h = hashlib.sha256()
     st = os.stat(compiler)
-    for part in (_CACHE_FORMAT, dtype, os.path.realpath(compiler),
+    for part in (_CACHE_FORMAT, dtype, _host_cpu(), os.path.realpath(compiler),
                  str(st.st_size), str(st.st_mtime_ns), *option_flags(options)):
         h.update(part.encode() + b"\0")
     for rel, data in _sources(path):

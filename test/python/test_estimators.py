@@ -177,6 +177,17 @@ def test_bundles_are_cached_by_content(tmp_path):
     assert cac.compile_bundle(src, "f64", cache_dir=tmp_path / "cache") != first
 
 
+def test_a_machine_of_another_cpu_compiles_its_own_bundle(tmp_path, monkeypatch):
+    """host.so is compiled for this machine's CPU, so a cache folder that
+    machines of other CPUs share keeps a bundle for each."""
+    from cac import _compile
+    first = cac.compile_bundle(STDLIB / "rloo.cac", cache_dir=tmp_path)
+    assert cac.compile_bundle(STDLIB / "rloo.cac", cache_dir=tmp_path) == first
+    monkeypatch.setattr(_compile, "_host_cpu", lambda: "flags : sse2")
+    other = cac.compile_bundle(STDLIB / "rloo.cac", cache_dir=tmp_path)
+    assert other != first
+
+
 def test_a_bundle_folder_runs_without_the_compiler(tmp_path, monkeypatch):
     """What a machine without MLIR does: load `cac compile --bundle DIR`."""
     folder = cac.compile_bundle(STDLIB / "gae.cac", "f64", cache_dir=tmp_path)
