@@ -272,7 +272,10 @@ TEST_F(TrainerTest, KlInTheRewardNeedsAndShapesATokenReward) {
     double da = std::abs(shaped[i]["adv_mean"].get<double>() -
                          dense[i]["adv_mean"].get<double>());
     if (rl++ == 0) {
-      EXPECT_EQ(penalty, 0.0);
+      // The first step's policy is the reference: their log-probabilities
+      // agree up to the rounding of forward passes over batches of other
+      // shapes (which BLAS kernels they take depends on the CPU).
+      EXPECT_NEAR(penalty, 0.0, 1e-6);
       EXPECT_LT(da, 1e-6);
     } else {
       EXPECT_NE(penalty, 0.0);
