@@ -24,8 +24,9 @@ private:
   void outerDeps(Value v, SmallVectorImpl<Dep> &deps);
   void place(Item item, SmallVectorImpl<Dep> &deps,
              std::optional<bool> direction);
-  bool fitsLast(SmallVectorImpl<Dep> &deps, std::optional<bool> &need);
+  bool fits(size_t at, SmallVectorImpl<Dep> &deps, std::optional<bool> &need);
   void placeStoresOf(Value r);
+  void markUnstored();
   void markLive(Value v);
 
   KernelOp kernel;
@@ -37,6 +38,9 @@ private:
   DenseSet<Operation *> live;
   std::vector<Loop> loops;
   DenseMap<Operation *, size_t> loopOf;
+  /// The scans, ranks and reductions read at another token or in a later
+  /// loop than their own.
+  DenseSet<Operation *> readElsewhere;
 
   DenseSet<Store> placedStores;
   /// The (value, offset) pairs and seq-level values the current
@@ -50,7 +54,7 @@ private:
 } // namespace
 
 /// The scans, ranks and reductions that token value `v` reads. A
-/// dependence reached twice is listed once: `place` and `fitsLast` only ask
+/// dependence reached twice is listed once: `place` and `fits` only ask
 /// whether some dependence forces a loop, so repeats change nothing.
 void Scheduler::collectTokenDeps(Value v, SmallVectorImpl<Dep> &deps) {
   seenTok.clear();
@@ -112,27 +116,29 @@ void Scheduler::outerDeps(Value v, SmallVectorImpl<Dep> &deps) {
     outerDeps(o, deps);
 }
 
-/// Whether an item with `deps` may join the last loop; sets `need` to the
+/// Whether an item with `deps` may join loop `at`; sets `need` to the
 /// direction its reads at other tokens of that loop require.
-bool Scheduler::fitsLast(SmallVectorImpl<Dep> &deps,
-                         std::optional<bool> &need) {
-  size_t last = loops.size() - 1;
+bool Scheduler::fits(size_t at, SmallVectorImpl<Dep> &deps,
+                     std::optional<bool> &need) {
   for (const Dep &d : deps) {
-    if (loopOf.lookup(d.op) != last || d.offset == 0)
+    if (loopOf.lookup(d.op) != at || d.offset == 0)
       continue;
     bool reverse = d.offset > 0;
     if (need && *need != reverse)
       return false;
     need = reverse;
   }
-  return !(need && loops.back().directionFixed &&
-           loops.back().reverse != *need);
+  return !(need && loops[at].directionFixed && loops[at].reverse != *need);
 }
 
-/// Puts `item` in the last loop if its dependences allow, else in a new
-/// one. A dependence read at another token of the same loop fixes that
-/// loop's direction (t+1 needs a reverse loop, t-1 a forward one), so that
-/// no later item can turn it around.
+/// Puts `item` in the first loop at or after its dependences' loops that
+/// its direction allows (a token store: in the last loop if it fits
+/// there), else in a new one. (Joining an earlier loop than
+/// the last one changes nothing for the items placed since: they read the
+/// new item only if they come after it in program order.) A dependence
+/// read at another token of the same loop fixes that loop's direction (t+1
+/// needs a reverse loop, t-1 a forward one), so that no later item can turn
+/// it around.
 void Scheduler::place(Item item, SmallVectorImpl<Dep> &deps,
                       std::optional<bool> direction) {
   size_t minLoop = 0;
@@ -143,22 +149,45 @@ void Scheduler::place(Item item, SmallVectorImpl<Dep> &deps,
                                   (d.offset > 0) == dl.reverse);
     minLoop = std::max(minLoop, sameOk ? l : l + 1);
   }
-  bool useLast = !loops.empty() && loops.size() - 1 >= minLoop;
+  // A token store opens no loop wherever it goes: it joins the last loop
+  // if it can, where the items that read the same values are (an earlier
+  // loop would evaluate them twice).
+  size_t at = minLoop;
   std::optional<bool> need = direction;
-  if (useLast)
-    useLast = fitsLast(deps, need);
-  if (!useLast) {
+  if (item.kind == Item::Store && !loops.empty() &&
+      loops.size() - 1 >= minLoop && fits(loops.size() - 1, deps, need))
+    at = loops.size() - 1;
+  for (; at < loops.size(); ++at) {
+    need = direction;
+    if (fits(at, deps, need))
+      break;
+  }
+  if (at == loops.size()) {
     loops.emplace_back();
     need = direction;
   }
-  Loop &l = loops.back();
+  Loop &l = loops[at];
   if (need && !l.directionFixed) {
     l.reverse = *need;
     l.directionFixed = true;
   }
   if (item.op)
-    loopOf[item.op] = loops.size() - 1;
+    loopOf[item.op] = at;
   l.items.push_back(item);
+  for (const Dep &d : deps)
+    if (d.seqLevel || d.offset != 0 || loopOf.lookup(d.op) != at)
+      readElsewhere.insert(d.op);
+}
+
+/// Marks the scans that no item reads at another token or in another loop
+/// and that are neither outputs nor kernel results.
+void Scheduler::markUnstored() {
+  for (Loop &l : loops)
+    for (Item &it : l.items)
+      if (it.kind == Item::Scan && !readElsewhere.contains(it.op))
+        it.unstored = llvm::none_of(it.op->getUsers(), [](Operation *u) {
+          return isa<OutputOp, YieldOp>(u);
+        });
 }
 
 /// Marks what `v` reads in this version.
@@ -215,6 +244,7 @@ std::vector<Loop> Scheduler::run() {
       placedStores.insert({v, buf});
       place(Item{Item::Store, nullptr, v, buf}, deps, std::nullopt);
     }
+  markUnstored();
   return std::move(loops);
 }
 
@@ -261,10 +291,6 @@ Value fixedArm(SelectOp sel, const Version &version) {
 SmallVector<Value> versionConditions(KernelOp kernel,
                                      const DenseMap<Value, unsigned> &storage,
                                      ArrayRef<Store> tokenStores) {
-  // Segment estimators only, so far: the objectives that a version would
-  // save a loop of (a select between aggregations) are not measured yet.
-  if (kernel.getBody().front().getOps<SegGatherOp>().empty())
-    return {};
   llvm::SetVector<Value> conds;
   for (auto sel : kernel.getBody().front().getOps<SelectOp>())
     if (domainOf(sel.getResult()) == Domain::Token)
@@ -272,12 +298,22 @@ SmallVector<Value> versionConditions(KernelOp kernel,
         conds.insert(c);
   if (conds.empty() || conds.size() > kMaxVersionConditions)
     return {};
-  size_t whole = scheduleLoops(kernel, storage, tokenStores).size();
+  // (loops, then the scans, ranks and reductions in them)
+  auto cost = [&](const Version &v) {
+    std::vector<Loop> loops = scheduleLoops(kernel, storage, tokenStores, v);
+    size_t items = 0;
+    for (const Loop &l : loops)
+      items += llvm::count_if(
+          l.items, [](const Item &it) { return it.kind != Item::Store; });
+    return std::make_pair(loops.size(), items);
+  };
+  auto whole = cost(Version());
   for (unsigned bits = 0; bits < (1u << conds.size()); ++bits) {
     Version v;
     for (auto [i, c] : llvm::enumerate(conds))
       v[c] = (bits >> i) & 1;
-    if (scheduleLoops(kernel, storage, tokenStores, v).size() < whole)
+    auto [loops, items] = cost(v);
+    if (loops < whole.first || items < whole.second)
       return SmallVector<Value>(conds.begin(), conds.end());
   }
   return {};

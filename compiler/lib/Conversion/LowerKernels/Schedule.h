@@ -28,6 +28,10 @@ struct Item {
   Operation *op = nullptr; ///< Scan, Reduce, Rank.
   Value value;             ///< Store: the token value.
   unsigned buffer = 0;     ///< Store, Scan, Rank: where it goes.
+  /// Scan: read only by the later items of its own loop, at their own
+  /// token, and neither an output nor a kernel result: a loop walked by one
+  /// thread need not store it.
+  bool unstored = false;
 };
 
 /// One loop over a sequence's tokens, forward or reverse.
@@ -67,8 +71,9 @@ std::vector<Loop> scheduleLoops(KernelOp kernel,
 /// schedule: those (at most kMaxVersionConditions) where some version takes
 /// fewer loops over the sequence than the kernel as a whole, because the
 /// operand it drops needed a pass of its own (SPO-chain's `balanced`
-/// segmentation reads the count of cutpoints, `nth` does not). Empty when no
-/// version saves a loop, and in kernels that gather no segment values.
+/// segmentation reads the count of cutpoints, `nth` does not), or fewer
+/// scans, ranks or reductions (SAPO's V at the segment's first or last
+/// token: each a scan). Empty when no version saves either.
 SmallVector<Value> versionConditions(KernelOp kernel,
                                      const DenseMap<Value, unsigned> &storage,
                                      ArrayRef<Store> tokenStores);

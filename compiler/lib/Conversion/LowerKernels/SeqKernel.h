@@ -66,6 +66,7 @@ private:
   // SerialLoop.cpp: a loop walked by one thread.
   static constexpr int64_t kUnroll = 4;
   bool unrolls(const Loop &l);
+  bool readsBehind(const Loop &l);
   static bool isConstant(Value v, double x);
   bool isTokenInvariant(Value v);
   static bool isChainReduce(ReduceOp red);

@@ -124,24 +124,37 @@ void SeqKernelEmitter::emitLoop(Loop &l) {
 /// then the counters'); returns them after the last token.
 SmallVector<Value>
 SeqKernelEmitter::emitLoopTokens(Loop &l, SmallVector<Value> carried) {
-  if (!unrolls(l)) {
-    if (takesNodeRuns(l)) {
-      emitNodeRuns(l);
-      return carried;
-    }
-    return emitTokenLoop(l, e.i64(0), len, 1, carried, false);
+  bool unrolled = unrolls(l);
+  if (!unrolled && takesNodeRuns(l)) {
+    emitNodeRuns(l);
+    return carried;
   }
+  if (!unrolled && !readsBehind(l))
+    return emitTokenLoop(l, e.i64(0), len, 1, carried, false);
   // The first token alone; after it, the token one step back (t + 1 in a
   // reverse loop, t - 1 in a forward one) is always in the sequence, so
   // `next` and `prev` read it without a bounds check, and within an
   // iteration they reuse the value computed for the previous token.
   Value first = b.create<arith::MinSIOp>(e.loc, len, e.i64(1));
   carried = emitTokenLoop(l, e.i64(0), first, 1, carried, false);
+  if (!unrolled)
+    return emitTokenLoop(l, first, len, 1, carried, true);
   Value rest = b.create<arith::SubIOp>(e.loc, len, first);
   Value main = b.create<arith::SubIOp>(
       e.loc, len, b.create<arith::RemSIOp>(e.loc, rest, e.i64(kUnroll)));
   carried = emitTokenLoop(l, first, main, kUnroll, carried, true);
   return emitTokenLoop(l, main, len, 1, carried, true);
+}
+
+/// Whether the kernel reads a value one token back from where loop `l`
+/// walks (`next` in a reverse loop, `prev` in a forward one): then the loop
+/// takes its first token alone, and the rest read that token without a
+/// bounds check.
+bool SeqKernelEmitter::readsBehind(const Loop &l) {
+  int64_t behind = l.reverse ? 1 : -1;
+  return llvm::any_of(
+      kernel.getBody().front().getOps<ShiftOp>(),
+      [&](ShiftOp s) { return int64_t(s.getOffset()) == behind; });
 }
 
 /// x + c * y, which LLVM may contract into one FMA: the carry is the loop's
@@ -154,7 +167,8 @@ static Value fma(OpBuilder &b, Location loc, Value x, Value c, Value y) {
 }
 
 /// A scan over the iteration's tokens `ts` from the carry `prev`; stores
-/// and memoizes each token's value and returns the last.
+/// (unless no other loop or token reads it) and memoizes each token's value
+/// and returns the last.
 Value SeqKernelEmitter::emitScanStep(const Item &it, ArrayRef<Value> ts,
                                      Value prev) {
   auto scan = cast<ScanOp>(it.op);
@@ -169,7 +183,8 @@ Value SeqKernelEmitter::emitScanStep(const Item &it, ArrayRef<Value> ts,
       decay = decay ? b.create<arith::MulFOp>(e.loc, c, decay) : c;
       y = fma(b, e.loc, partial, decay, prev);
     }
-    e.storeBuffer(it.buffer, y, t);
+    if (!it.unstored)
+      e.storeBuffer(it.buffer, y, t);
     tokenMemo[{scan.getResult(), t}] = y;
   }
   return y;

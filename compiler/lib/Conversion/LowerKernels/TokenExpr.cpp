@@ -128,9 +128,11 @@ Value SeqKernelEmitter::computeTok(Value v, Value t) {
 }
 
 /// Whether evaluating token value `v` reads a scan or a rank (a load of a
-/// buffer this kernel wrote) or divides: then a value an earlier loop
-/// stored is loaded instead (SPO-chain's segment starts, read at the next
-/// token by its reverse loop, would recompute the cutpoint count's modulo).
+/// buffer this kernel wrote), divides or calls a transcendental function
+/// (exp, log, sigmoid): then a value an earlier loop stored is loaded
+/// instead (SPO-chain's segment starts, read at the next token by its
+/// reverse loop, would recompute the cutpoint count's modulo; an
+/// objective's gradient loops, its ratio).
 bool SeqKernelEmitter::costlyToRecompute(Value v, DenseSet<Value> &seen) {
   if (!inKernel(v) || domainOf(v) != Domain::Token || !seen.insert(v).second)
     return false;
@@ -142,6 +144,10 @@ bool SeqKernelEmitter::costlyToRecompute(Value v, DenseSet<Value> &seen) {
       (bin.getKind() == BinaryKind::Div || bin.getKind() == BinaryKind::Mod ||
        bin.getKind() == BinaryKind::Pow))
     return true;
+  if (auto un = dyn_cast<UnaryOp>(op);
+      un && (un.getKind() == UnaryKind::Exp || un.getKind() == UnaryKind::Log ||
+             un.getKind() == UnaryKind::Sigmoid))
+    return true;
   if (auto sel = dyn_cast<SelectOp>(op))
     if (Value arm = fixedArm(sel, version))
       return costlyToRecompute(arm, seen);
@@ -152,17 +158,19 @@ bool SeqKernelEmitter::costlyToRecompute(Value v, DenseSet<Value> &seen) {
 }
 
 /// After loop `l`: the values it stored that later loops load rather than
-/// recompute.
+/// recompute, with the operands that the stored selects take in this
+/// version (the same values).
 void SeqKernelEmitter::noteStores(const Loop &l) {
-  // Segment estimators only, so far: the objectives it would change are
-  // not measured yet.
-  if (kernel.getBody().front().getOps<SegGatherOp>().empty())
-    return;
   for (const Item &it : l.items) {
     DenseSet<Value> seen;
-    if (it.kind == Item::Store && domainOf(it.value) == Domain::Token &&
-        costlyToRecompute(it.value, seen))
-      storedEarlier.try_emplace(it.value, it.buffer);
+    if (it.kind != Item::Store || domainOf(it.value) != Domain::Token ||
+        !costlyToRecompute(it.value, seen))
+      continue;
+    for (Value v = it.value; v && inKernel(v);) {
+      storedEarlier.try_emplace(v, it.buffer);
+      auto sel = v.getDefiningOp<SelectOp>();
+      v = sel ? fixedArm(sel, version) : Value();
+    }
   }
 }
 
