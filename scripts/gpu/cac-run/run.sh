@@ -348,7 +348,7 @@ tiny sppo sppo "" 'value_model(builtin("custom", hidden = 16, layers = 1, heads 
 tiny spo_chain spo_chain ", threshold = 0.9, interval = 3" none \
   "chain(n = 4, samples = 2, max_tokens = 8)" "whiten = true"
 tiny spo_tree spo_tree ", threshold = 0.9" none \
-  'tree(branches = "2-2", seg_len = 3, max_tokens = 8, replay_steps = 2, replay_take = 2)' \
+  'tree(branches = "4-2", seg_len = 3, max_tokens = 8, replay_steps = 2, replay_take = 2)' \
   "whiten = true"
 tiny treeadv treeadv "" none \
   'forest(n = 4, trees = 2, children = 2, tau = 0.5, max_tokens = 8)' ""
