@@ -10,6 +10,7 @@ not part of the key: they are arguments of the kernels, so one bundle
 serves every parameter value (docs/language.md).
 """
 
+import functools
 import hashlib
 import os
 import re
@@ -97,6 +98,7 @@ def option_flags(options):
     return flags
 
 
+@functools.lru_cache(maxsize=None)
 def _host_cpu():
     """This machine's CPU as host.so's code depends on it: its model and
     instruction set extensions (/proc/cpuinfo's first processor), else the
