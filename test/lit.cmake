@@ -2,8 +2,6 @@
 # the compiler is built. Writes lit.site.cfg.py into the build's test/ folder,
 # registers the CTest test `lit` and the target `check-cac`.
 
-find_package(Python3 REQUIRED COMPONENTS Interpreter)
-
 if(LLVM_EXTERNAL_LIT)
   set(CAC_LIT_COMMAND ${LLVM_EXTERNAL_LIT})
 else()
@@ -17,7 +15,7 @@ else()
 endif()
 # lit.py is a script, not necessarily executable: run it with Python.
 if(CAC_LIT_COMMAND MATCHES "\\.py$")
-  set(CAC_LIT_COMMAND ${Python3_EXECUTABLE} ${CAC_LIT_COMMAND})
+  set(CAC_LIT_COMMAND ${CAC_PYTHON} ${CAC_LIT_COMMAND})
 endif()
 
 find_program(CAC_PTXAS ptxas HINTS /usr/local/cuda/bin ENV CUDA_HOME
@@ -30,7 +28,7 @@ set(CAC_LIT_SOURCE_DIR ${PROJECT_SOURCE_DIR})
 set(CAC_LIT_BINARY_DIR ${PROJECT_BINARY_DIR})
 set(CAC_LIT_TOOLS_DIR ${CMAKE_RUNTIME_OUTPUT_DIRECTORY})
 set(CAC_LIT_LLVM_TOOLS_DIR ${LLVM_TOOLS_BINARY_DIR})
-set(CAC_LIT_PYTHON ${Python3_EXECUTABLE})
+set(CAC_LIT_PYTHON ${CAC_PYTHON})
 set(CAC_LIT_PTXAS ${CAC_PTXAS})
 configure_file(${CMAKE_CURRENT_SOURCE_DIR}/lit.site.cfg.py.in
                ${CMAKE_CURRENT_BINARY_DIR}/lit.site.cfg.py @ONLY)
