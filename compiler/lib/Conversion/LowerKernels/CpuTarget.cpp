@@ -6,7 +6,8 @@
 // in) instead of a conversion and a float compare per token; token -> seq
 // sums may be reassociated, so that LLVM's loop vectorizer keeps partial
 // sums in vector lanes (without it a loop holding a sum, an objective's loss
-// or GSPO's sequence ratio, stays scalar, stores and all).
+// or GSPO's sequence ratio, stays scalar, stores and all); counts of 0/1
+// values (segment indices, cutpoint counts) are carried as integers.
 //
 //===----------------------------------------------------------------------===//
 
@@ -24,6 +25,7 @@ public:
   bool reassociableSums() const override { return true; }
   /// 16 nodes are one 64-byte line of token_node.
   int64_t nodeRunChunk() const override { return 16; }
+  bool integerCounts() const override { return true; }
 
   void prepareModule(ModuleOp, OpBuilder &, Location) override {}
   void createKernel(OpBuilder &b, Location loc, StringRef name, const Abi &abi,

@@ -14,10 +14,10 @@ Value Emitter::loadBuffer(Value v, Value idx) {
   return x;
 }
 
-void Emitter::storeBuffer(unsigned arg, Value v, Value idx) {
+Operation *Emitter::storeBuffer(unsigned arg, Value v, Value idx) {
   if (v.getType().isInteger(1))
     v = b.create<arith::UIToFPOp>(loc, ft, v);
-  store(v, args[arg], idx);
+  return store(v, args[arg], idx);
 }
 
 Value Emitter::binary(BinaryOp bin, ArrayRef<Value> x) {

@@ -41,8 +41,8 @@ public:
   Value load(Value base, Value idx, Type elem) {
     return b.create<LLVM::LoadOp>(loc, elem, ptrAt(base, idx, elem));
   }
-  void store(Value v, Value base, Value idx) {
-    b.create<LLVM::StoreOp>(loc, v, ptrAt(base, idx, v.getType()));
+  Operation *store(Value v, Value base, Value idx) {
+    return b.create<LLVM::StoreOp>(loc, v, ptrAt(base, idx, v.getType()));
   }
   Value loadI32AsI64(unsigned arg, Value idx) {
     Value v = load(args[arg], idx, b.getI32Type());
@@ -50,7 +50,7 @@ public:
   }
   /// Loads a stored value; predicates are stored as 1/0 numbers.
   Value loadBuffer(Value v, Value idx);
-  void storeBuffer(unsigned arg, Value v, Value idx);
+  Operation *storeBuffer(unsigned arg, Value v, Value idx);
   Value toFloat(Value i) { return b.create<arith::SIToFPOp>(loc, ft, i); }
 
   /// Builds the elementwise operation `op` on already evaluated operands.

@@ -92,6 +92,10 @@ public:
   /// of this many tokens, each checked for one node (NodeRuns.cpp); 0: one
   /// token at a time.
   virtual int64_t nodeRunChunk() const { return 0; }
+  /// A one-thread loop carries its scans and sums of 0/1 values as integers
+  /// and replays such scans of earlier loops instead of loading them
+  /// (IntegerScans.cpp).
+  virtual bool integerCounts() const { return false; }
 
   /// Prepares `module` before any kernel is created (at the end of its
   /// body, from `b`): containers, and what block kernels use.

@@ -50,12 +50,16 @@ void SeqKernelEmitter::emitBody() {
   loops = scheduleLoops(kernel, abi.storage, tokenStores, version);
   storedEarlier.clear();
   if (!threads) {
-    for (Loop &l : loops) {
-      emitLoop(l);
-      noteStores(l);
+    for (size_t i = 0; i < loops.size(); ++i) {
+      emitLoop(i);
+      noteStores(loops[i]);
     }
     for (auto [v, buf] : seqStores)
       e.storeBuffer(buf, evalOuter(v), unit);
+    if (target.integerCounts())
+      eraseDeadScanStores();
+    scanStores.clear();
+    loadedScans.clear();
     return;
   }
   assert((!split || loops.size() <= 1) && "a split kernel is one loop");

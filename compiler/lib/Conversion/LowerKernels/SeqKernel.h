@@ -20,10 +20,15 @@
 #include "Schedule.h"
 
 #include "llvm/ADT/SetVector.h"
+#include "llvm/ADT/SmallSet.h"
 
 #include <tuple>
 
 namespace cac::lowering {
+
+/// The largest integer below which every integer of the float type `ft`,
+/// and every sum of two of them, is exact: 2^23 in f32, 2^52 in f64.
+double exactLimit(Type ft);
 
 class SeqKernelEmitter {
 public:
@@ -70,11 +75,12 @@ private:
   static bool isConstant(Value v, double x);
   bool isTokenInvariant(Value v);
   static bool isChainReduce(ReduceOp red);
-  void emitLoop(Loop &l);
+  void emitLoop(size_t index);
   SmallVector<Value> emitLoopTokens(Loop &l, SmallVector<Value> carried);
   SmallVector<Value> emitTokenLoop(Loop &l, Value lo, Value hi, int64_t step,
                                    ArrayRef<Value> inits, bool backInRange);
-  Value emitScanStep(const Item &it, ArrayRef<Value> ts, Value prev);
+  Value emitScanStep(Operation *scan, ArrayRef<Value> ts, Value prev,
+                     std::optional<unsigned> buffer);
   Value emitReduceStep(const Item &it, ArrayRef<Value> ts, Value acc);
 
   // SerialCounters.cpp: modulos of counting scans as wrapping counters.
@@ -93,6 +99,24 @@ private:
   Value counterInit(const ModCounter &c);
   SmallVector<Value> emitCounterSteps(Operation *scan, ArrayRef<Value> ts,
                                       ValueRange prev);
+
+  // IntegerScans.cpp: scans and sums of 0/1 values as integers, replayed
+  // scans, dead scan stores.
+  bool isBitValued(Value v);
+  Value bitTok(Value v, Value t);
+  bool isIntScan(Operation *op);
+  bool isIntSum(const Item &it);
+  bool hasIntScans(const Loop &l);
+  using ScanReads = DenseMap<Operation *, llvm::SmallSet<int64_t, 2>>;
+  bool scanReads(Value v, int64_t off, ScanReads &reads,
+                 DenseSet<std::pair<Value, int64_t>> &seen);
+  SmallVector<Operation *> replaysOf(size_t loop);
+  Value intInit(const Item &it);
+  Value emitIntScanStep(Operation *scan, ArrayRef<Value> ts, Value prev,
+                        std::optional<unsigned> buffer);
+  Value emitIntSumStep(const Item &it, ArrayRef<Value> ts, Value acc);
+  Value intCount(Value v, Value t);
+  void eraseDeadScanStores();
 
   // NodeRuns.cpp: a loop of token stores reading node values, in chunks
   // whose tokens share a node.
@@ -261,6 +285,16 @@ private:
   /// The wrapping counters of the serial loop being emitted (their carried
   /// values follow the items' in the loop's iteration arguments).
   SmallVector<ModCounter> counters;
+  /// In the integer copy of a serial loop (IntegerScans.cpp) its scans and
+  /// sums of 0/1 values are carried as i64. The scans of earlier loops in
+  /// `replayed` are counted again in both copies, as integers and as floats
+  /// (their carried values follow the counters').
+  bool intMode = false;
+  SmallVector<Operation *> replayed;
+  /// The stores of each scan and the scans loaded from their buffers, in the
+  /// version being emitted: a scratch scan that nothing loads is not stored.
+  DenseMap<Operation *, SmallVector<Operation *>> scanStores;
+  DenseSet<Operation *> loadedScans;
 };
 
 } // namespace cac::lowering

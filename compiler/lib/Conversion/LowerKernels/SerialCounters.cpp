@@ -30,11 +30,7 @@ static std::optional<double> literalOf(Value v) {
   return f.getValueAsDouble();
 }
 
-/// The largest integer below which every integer of the float type, and
-/// every sum of two of them, is exact: 2^23 in f32, 2^52 in f64.
-static double exactLimit(Type ft) {
-  return std::ldexp(1.0, ft.isF32() ? 23 : 52);
-}
+double exactLimit(Type ft) { return std::ldexp(1.0, ft.isF32() ? 23 : 52); }
 
 /// The token values that the items of `l` evaluate, in `version` (the
 /// selects it fixes read their taken operand only).

@@ -68,8 +68,14 @@ bool SeqKernelEmitter::isChainReduce(ReduceOp red) {
 /// sum, mean, min or max adds the kUnroll tokens pairwise before the carry.
 /// The tokens left over ((len - 1) mod kUnroll) take a third loop, one at a
 /// time.
-void SeqKernelEmitter::emitLoop(Loop &l) {
+void SeqKernelEmitter::emitLoop(size_t index) {
+  Loop &l = loops[index];
   prepareLoopOuter(l);
+  replayed = replaysOf(index);
+  DenseSet<Value> seen;
+  for (Operation *op : replayed)
+    for (Value o : op->getOperands())
+      prepareOuter(o, seen);
   // A rank reads its whole sequence: it is sorted before the loop, whose
   // items then read the stored ranks.
   for (Item &it : l.items)
@@ -84,31 +90,54 @@ void SeqKernelEmitter::emitLoop(Loop &l) {
       carried.push_back(reduceInit(cast<ReduceOp>(it.op)));
   }
   SmallVector<ModCounter> found = modCounters(l);
-  if (found.empty()) {
+  bool ints = !replayed.empty() || hasIntScans(l);
+  if (found.empty() && !ints) {
     carried = emitLoopTokens(l, carried);
   } else {
-    // The counters hold where the float modulo is exact (countersApply);
-    // elsewhere the loop computes it, in a second copy of the loop.
-    auto ifOp = b.create<scf::IfOp>(e.loc, ValueRange(carried).getTypes(),
-                                    countersApply(found),
+    // The counters and integers hold where the float modulo and the
+    // float counts are exact (countersApply, IntegerScans.cpp); elsewhere
+    // the loop computes them in floats, in a second copy of the loop.
+    Value fast = found.empty()
+                     ? b.create<arith::CmpIOp>(
+                           e.loc, arith::CmpIPredicate::sle, len,
+                           e.i64(static_cast<int64_t>(exactLimit(e.ft))))
+                     : countersApply(found);
+    auto ifOp = b.create<scf::IfOp>(e.loc, ValueRange(carried).getTypes(), fast,
                                     /*withElseRegion=*/true);
+    // Without results (a loop of stores and replays) the blocks come with
+    // terminators; each copy ends with its own.
+    for (Block *blk : {ifOp.thenBlock(), ifOp.elseBlock()})
+      if (!blk->empty())
+        blk->back().erase();
     OpBuilder::InsertionGuard g(b);
     for (bool withCounters : {true, false}) {
       b.setInsertionPointToStart(withCounters ? ifOp.thenBlock()
                                               : ifOp.elseBlock());
       SmallVector<Value> inits = carried;
       if (withCounters) {
+        intMode = true;
         counters = found;
+        inits.clear();
+        for (Item &it : l.items)
+          if (it.kind == Item::Scan || it.kind == Item::Reduce)
+            inits.push_back(intInit(it));
         for (const ModCounter &c : found)
           inits.push_back(counterInit(c));
       }
+      for (size_t k = 0; k < replayed.size(); ++k)
+        inits.push_back(withCounters ? e.i64(0) : e.fconst(0.0));
       SmallVector<Value> out = emitLoopTokens(l, inits);
       counters.clear();
+      intMode = false;
       out.resize(carried.size());
+      for (Value &v : out)
+        if (v.getType().isInteger(64))
+          v = e.toFloat(v);
       b.create<scf::YieldOp>(e.loc, out);
     }
     carried.assign(ifOp.getResults().begin(), ifOp.getResults().end());
   }
+  replayed.clear();
   unsigned carry = 0;
   for (Item &it : l.items) {
     if (it.kind == Item::Scan) {
@@ -167,11 +196,12 @@ static Value fma(OpBuilder &b, Location loc, Value x, Value c, Value y) {
 }
 
 /// A scan over the iteration's tokens `ts` from the carry `prev`; stores
-/// (unless no other loop or token reads it) and memoizes each token's value
-/// and returns the last.
-Value SeqKernelEmitter::emitScanStep(const Item &it, ArrayRef<Value> ts,
-                                     Value prev) {
-  auto scan = cast<ScanOp>(it.op);
+/// each token's value in `buffer` (when given), memoizes it and returns the
+/// last.
+Value SeqKernelEmitter::emitScanStep(Operation *op, ArrayRef<Value> ts,
+                                     Value prev,
+                                     std::optional<unsigned> buffer) {
+  auto scan = cast<ScanOp>(op);
   Value partial, decay, y;
   for (Value t : ts) {
     Value x = evalTok(scan.getInput(), t);
@@ -183,8 +213,8 @@ Value SeqKernelEmitter::emitScanStep(const Item &it, ArrayRef<Value> ts,
       decay = decay ? b.create<arith::MulFOp>(e.loc, c, decay) : c;
       y = fma(b, e.loc, partial, decay, prev);
     }
-    if (!it.unstored)
-      e.storeBuffer(it.buffer, y, t);
+    if (buffer)
+      scanStores[op].push_back(e.storeBuffer(*buffer, y, t));
     tokenMemo[{scan.getResult(), t}] = y;
   }
   return y;
@@ -212,6 +242,14 @@ Value SeqKernelEmitter::emitReduceStep(const Item &it, ArrayRef<Value> ts,
   for (Value t : ts)
     acc = reduceStep(red, acc, evalTok(red.getOperand(), t), t);
   return acc;
+}
+
+/// The buffer that scan item `it` stores its tokens in; none when nothing
+/// reads them at another token, in another loop or as an output.
+static std::optional<unsigned> storedIn(const Item &it) {
+  if (it.unstored)
+    return std::nullopt;
+  return it.buffer;
 }
 
 /// One scf.for over positions [lo, hi) of the sequence (counted from its
@@ -246,15 +284,25 @@ SmallVector<Value> SeqKernelEmitter::emitTokenLoop(Loop &l, Value lo, Value hi,
   SmallVector<Value> yields;
   unsigned carry = 0;
   ValueRange args = forOp.getRegionIterArgs();
-  ValueRange counterArgs = args.take_back(counters.size());
+  ValueRange replayArgs = args.take_back(replayed.size());
+  ValueRange counterArgs =
+      args.drop_back(replayed.size()).take_back(counters.size());
   SmallVector<Value> counterYields(counterArgs.begin(), counterArgs.end());
+  // The replayed scans first: items read them at their own token.
+  SmallVector<Value> replayYields;
+  for (auto [op, prev] : llvm::zip(replayed, replayArgs))
+    replayYields.push_back(intMode ? emitIntScanStep(op, ts, prev, {})
+                                   : emitScanStep(op, ts, prev, {}));
   // Items are taken in order, each for all the iteration's tokens: an item
   // reads only earlier items, at this token (memoized) or at a neighbour
   // (stored already, by this iteration or an earlier one).
   for (Item &it : l.items) {
     switch (it.kind) {
     case Item::Scan:
-      yields.push_back(emitScanStep(it, ts, args[carry++]));
+      yields.push_back(
+          intMode && isIntScan(it.op)
+              ? emitIntScanStep(it.op, ts, args[carry++], storedIn(it))
+              : emitScanStep(it.op, ts, args[carry++], storedIn(it)));
       for (auto [k, v] :
            llvm::enumerate(emitCounterSteps(it.op, ts, counterYields)))
         counterYields[k] = v;
@@ -262,7 +310,9 @@ SmallVector<Value> SeqKernelEmitter::emitTokenLoop(Loop &l, Value lo, Value hi,
     case Item::Rank: // stored by emitRankSort before the loop
       break;
     case Item::Reduce:
-      yields.push_back(emitReduceStep(it, ts, args[carry++]));
+      yields.push_back(intMode && isIntSum(it)
+                           ? emitIntSumStep(it, ts, args[carry++])
+                           : emitReduceStep(it, ts, args[carry++]));
       break;
     case Item::Store:
       for (Value t : ts)
@@ -271,6 +321,7 @@ SmallVector<Value> SeqKernelEmitter::emitTokenLoop(Loop &l, Value lo, Value hi,
     }
   }
   yields.append(counterYields);
+  yields.append(replayYields);
   b.create<scf::YieldOp>(e.loc, yields);
   back.clear();
   SmallVector<Value> out(forOp.getResults().begin(), forOp.getResults().end());

@@ -70,6 +70,7 @@ Value SeqKernelEmitter::computeTok(Value v, Value t) {
   if (isa<ScanOp, RankOp>(op)) {
     if (tileLoads && threads->prefetchWritten)
       tileLoads->insert(v);
+    loadedScans.insert(op);
     return e.loadBuffer(v, t);
   }
   if (auto it = storedEarlier.find(v); it != storedEarlier.end()) {
@@ -103,8 +104,10 @@ Value SeqKernelEmitter::computeTok(Value v, Value t) {
     // Segment j of sequence b is at seq_offsets[b] + j (docs/bundle.md);
     // j never exceeds the token's position, so the index stays inside the
     // sequence's slots.
-    Value idx = b.create<arith::FPToSIOp>(e.loc, b.getI64Type(),
-                                          evalTok(g.getIndex(), t));
+    Value idx = target.integerCompares() ? intTok(g.getIndex(), t) : Value();
+    if (!idx)
+      idx = b.create<arith::FPToSIOp>(e.loc, b.getI64Type(),
+                                      evalTok(g.getIndex(), t));
     Value at = b.create<arith::AddIOp>(e.loc, start, idx);
     return e.load(e.args[abi.storage.lookup(g.getInput())], at, e.ft);
   }
@@ -168,6 +171,11 @@ void SeqKernelEmitter::noteStores(const Loop &l) {
       continue;
     for (Value v = it.value; v && inKernel(v);) {
       storedEarlier.try_emplace(v, it.buffer);
+      // A boolean stored as its float (the segment starts) is that float
+      // compared with 0.
+      if (auto cast = v.getDefiningOp<CastOp>();
+          cast && elemOf(cast.getOperand()).isInteger(1))
+        storedEarlier.try_emplace(cast.getOperand(), it.buffer);
       auto sel = v.getDefiningOp<SelectOp>();
       v = sel ? fixedArm(sel, version) : Value();
     }
@@ -259,8 +267,9 @@ arith::CmpIPredicate SeqKernelEmitter::intPredicate(CmpOp cmp) {
 }
 
 /// `v` at token `t` as an i64, where it is an integer by construction:
-/// the token's position, the sequence's length, integral literals, and
-/// sums and differences of these; a null Value otherwise. (Their floats
+/// the token's position, the sequence's length, integral literals, the
+/// integer counts of a loop's integer copy (intCount), and sums,
+/// differences and selects of these; a null Value otherwise. (Their floats
 /// are exact below 2^24 tokens a sequence, so the comparison is the same.)
 Value SeqKernelEmitter::intTok(Value v, Value t) {
   auto key = std::make_pair(v, t);
@@ -286,6 +295,8 @@ Value SeqKernelEmitter::computeIntTok(Value v, Value t) {
   }
   if (!inKernel(v))
     return Value();
+  if (Value r = intCount(v, t))
+    return r;
   if (isa<PositionOp>(op))
     return b.create<arith::SubIOp>(e.loc, t, start);
   if (isa<LengthOp>(op))
