@@ -85,11 +85,11 @@ bool cac::isKnownHostCpu(llvm::StringRef cpu, std::string &error) {
   return false;
 }
 
-/// The machine that optimizes the IR for \p cpu: for "native", the
-/// detected host with its features; null where the host has no target (the
-/// IR is then left unoptimized).
-static std::unique_ptr<llvm::TargetMachine>
-optimizingMachine(llvm::StringRef cpu) {
+/// The machine that optimizes the IR for \p cpu and compiles host.so from
+/// it (position-independent code): for "native", the detected host with the
+/// features it reports (a VM may hide some of its CPU model's); null where
+/// the host has no target.
+static std::unique_ptr<llvm::TargetMachine> hostMachine(llvm::StringRef cpu) {
   if (cpu == cac::kNativeCpu) {
     initNativeTarget();
     auto tmb = llvm::orc::JITTargetMachineBuilder::detectHost();
@@ -97,6 +97,7 @@ optimizingMachine(llvm::StringRef cpu) {
       llvm::consumeError(tmb.takeError());
       return nullptr;
     }
+    tmb->setRelocationModel(llvm::Reloc::PIC_);
     auto tm = tmb->createTargetMachine();
     if (!tm) {
       llvm::consumeError(tm.takeError());
@@ -112,8 +113,10 @@ optimizingMachine(llvm::StringRef cpu) {
       triple, cpu, "", llvm::TargetOptions(), llvm::Reloc::PIC_));
 }
 
+/// The module in LLVM IR, optimized for \p tm (left unoptimized without
+/// one).
 static std::unique_ptr<llvm::Module>
-translate(ModuleOp module, llvm::LLVMContext &ctx, llvm::StringRef cpu) {
+translate(ModuleOp module, llvm::LLVMContext &ctx, llvm::TargetMachine *tm) {
   registerBuiltinDialectTranslation(*module.getContext());
   registerLLVMDialectTranslation(*module.getContext());
   auto llvmModule = translateModuleToLLVMIR(module, ctx);
@@ -121,17 +124,17 @@ translate(ModuleOp module, llvm::LLVMContext &ctx, llvm::StringRef cpu) {
     module.emitError("translation to LLVM IR failed");
     return nullptr;
   }
-  std::unique_ptr<llvm::TargetMachine> tm = optimizingMachine(cpu);
   if (!tm)
     return llvmModule;
-  ExecutionEngine::setupTargetTripleAndDataLayout(llvmModule.get(), tm.get());
+  ExecutionEngine::setupTargetTripleAndDataLayout(llvmModule.get(), tm);
   cac::optimizeForHost(*llvmModule, *tm);
   return llvmModule;
 }
 
 FailureOr<std::string> cac::emitLlvmIr(ModuleOp module, llvm::StringRef cpu) {
   llvm::LLVMContext ctx;
-  auto m = translate(module, ctx, cpu);
+  std::unique_ptr<llvm::TargetMachine> tm = hostMachine(cpu);
+  auto m = translate(module, ctx, tm.get());
   if (!m)
     return failure();
   std::string s;
@@ -142,21 +145,14 @@ FailureOr<std::string> cac::emitLlvmIr(ModuleOp module, llvm::StringRef cpu) {
 
 LogicalResult cac::emitSharedObject(ModuleOp module, llvm::StringRef soPath,
                                     llvm::StringRef cpu) {
+  std::unique_ptr<llvm::TargetMachine> tm = hostMachine(cpu);
+  if (!tm)
+    return module.emitError("no native target for ")
+           << llvm::sys::getDefaultTargetTriple();
   llvm::LLVMContext ctx;
-  auto m = translate(module, ctx, cpu);
+  auto m = translate(module, ctx, tm.get());
   if (!m)
     return failure();
-  std::string triple = llvm::sys::getDefaultTargetTriple();
-  std::string err;
-  const llvm::Target *target = hostTarget(triple, err);
-  if (!target)
-    return module.emitError("no native target: ") << err;
-  llvm::TargetOptions opts;
-  std::unique_ptr<llvm::TargetMachine> tm(target->createTargetMachine(
-      triple, cpu == kNativeCpu ? llvm::sys::getHostCPUName() : cpu, "", opts,
-      llvm::Reloc::PIC_));
-  m->setDataLayout(tm->createDataLayout());
-  m->setTargetTriple(triple);
 
   llvm::SmallString<128> objPath;
   if (llvm::sys::fs::createTemporaryFile("cac-host", "o", objPath))
