@@ -52,8 +52,9 @@ public:
     r = fma(n, f(-0x1.7f7d1cp-20f), r);
     // exp(r) for |r| <= ln2/2: the Taylor terms to r^7 (the r^8 term is
     // below 6e-9 of the result), in Estrin's order: four pairs, then r^2 and
-    // r^4 joining them, a shorter chain than Horner's seven FMAs (in a
-    // serial loop the latency of the chain, not its length, bounds it).
+    // r^4 joining them: four FMAs deep instead of Horner's seven. In the
+    // vector loops both orders measured alike; Horner's rounds closer (0.85
+    // ulp at most over cpu-exp.test's sweep, against 1.62).
     Value r2 = b.create<arith::MulFOp>(loc, r, r);
     Value r4 = b.create<arith::MulFOp>(loc, r2, r2);
     Value p01 = fma(r, f(1.0f), f(1.0f));
