@@ -255,8 +255,6 @@ void SeqKernelEmitter::eraseDeadScanStores() {
     for (Operation *s : stores)
       s->erase();
   }
-  scanStores.clear();
-  loadedScans.clear();
 }
 
 } // namespace cac::lowering

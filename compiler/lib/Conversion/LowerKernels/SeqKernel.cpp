@@ -49,6 +49,8 @@ void SeqKernelEmitter::emitVersions(ArrayRef<Value> conds,
 void SeqKernelEmitter::emitBody() {
   loops = scheduleLoops(kernel, abi.storage, tokenStores, version);
   storedEarlier.clear();
+  scanStores.clear();
+  loadedScans.clear();
   if (!threads) {
     for (size_t i = 0; i < loops.size(); ++i) {
       emitLoop(i);
@@ -58,8 +60,6 @@ void SeqKernelEmitter::emitBody() {
       e.storeBuffer(buf, evalOuter(v), unit);
     if (target.integerCounts())
       eraseDeadScanStores();
-    scanStores.clear();
-    loadedScans.clear();
     return;
   }
   assert((!split || loops.size() <= 1) && "a split kernel is one loop");
