@@ -7,7 +7,8 @@
 // sums may be reassociated, so that LLVM's loop vectorizer keeps partial
 // sums in vector lanes (without it a loop holding a sum, an objective's loss
 // or GSPO's sequence ratio, stays scalar, stores and all); counts of 0/1
-// values (segment indices, cutpoint counts) are carried as integers.
+// values (segment indices, cutpoint counts) are carried as integers; loops
+// of scans take chunks, so that their other work is vectorized.
 //
 //===----------------------------------------------------------------------===//
 
@@ -26,6 +27,8 @@ public:
   /// 16 nodes are one 64-byte line of token_node.
   int64_t nodeRunChunk() const override { return 16; }
   bool integerCounts() const override { return true; }
+  /// 256 floats an array: the chunk's inputs and values stay in L1.
+  int64_t scanChunk() const override { return 256; }
 
   void prepareModule(ModuleOp, OpBuilder &, Location) override {}
   void createKernel(OpBuilder &b, Location loc, StringRef name, const Abi &abi,

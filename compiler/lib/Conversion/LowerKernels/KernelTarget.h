@@ -92,6 +92,10 @@ public:
   /// of this many tokens, each checked for one node (NodeRuns.cpp); 0: one
   /// token at a time.
   virtual int64_t nodeRunChunk() const { return 0; }
+  /// A one-thread loop of scans takes chunks of this many tokens (a
+  /// multiple of 4), each walked three times: the scans' inputs, the scans,
+  /// the stores and sums that read them (ChunkedScans.cpp); 0: one walk.
+  virtual int64_t scanChunk() const { return 0; }
   /// A one-thread loop carries its scans and sums of 0/1 values as integers
   /// and replays such scans of earlier loops instead of loading them
   /// (IntegerScans.cpp).

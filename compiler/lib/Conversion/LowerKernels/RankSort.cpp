@@ -67,6 +67,10 @@ Value SeqKernelEmitter::rankKey(Value x) { return descendingKey(e, x); }
 /// threads (trip counts depend on the sequence only); the caller's
 /// barrier follows.
 Value SeqKernelEmitter::entryCounters(int64_t count) {
+  return entryScratch(b.getI32Type(), count);
+}
+
+Value SeqKernelEmitter::entryScratch(Type elem, int64_t count) {
   OpBuilder &b = e.b;
   Location loc = e.loc;
   Operation *fn = b.getInsertionBlock()->getParentOp();
@@ -75,7 +79,7 @@ Value SeqKernelEmitter::entryCounters(int64_t count) {
   OpBuilder ab = OpBuilder::atBlockBegin(&fn->getRegion(0).front());
   Value n = ab.create<arith::ConstantOp>(loc, ab.getI64IntegerAttr(count));
   return ab.create<LLVM::AllocaOp>(
-      loc, LLVM::LLVMPointerType::get(b.getContext()), b.getI32Type(), n,
+      loc, LLVM::LLVMPointerType::get(b.getContext()), elem, n,
       /*alignment=*/16);
 }
 

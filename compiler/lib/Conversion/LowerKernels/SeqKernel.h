@@ -3,7 +3,8 @@
 // A seq kernel's token values are not stored unless they must be (outputs,
 // values later kernels read, scans): they are expressions evaluated on demand
 // at a token index (TokenExpr.cpp) inside the loops of its schedule
-// (Schedule.cpp). A loop is walked by one thread (SerialLoop.cpp) or, in a
+// (Schedule.cpp). A loop is walked by one thread (SerialLoop.cpp; on the CPU
+// a loop of scans in chunks, ChunkedScans.cpp) or, in a
 // block-per-sequence kernel, by the block's threads tile by tile
 // (BlockLoop.cpp, with the block-wide scans and reductions of
 // BlockPrimitives.cpp); ranks are radix sorts before their loop
@@ -79,9 +80,24 @@ private:
   SmallVector<Value> emitLoopTokens(Loop &l, SmallVector<Value> carried);
   SmallVector<Value> emitTokenLoop(Loop &l, Value lo, Value hi, int64_t step,
                                    ArrayRef<Value> inits, bool backInRange);
+  void emitTokenItems(Loop &l, ArrayRef<Value> ts, ArrayRef<Value> pos,
+                      ValueRange args, SmallVectorImpl<Value> &yields);
   Value emitScanStep(Operation *scan, ArrayRef<Value> ts, Value prev,
                      std::optional<unsigned> buffer);
   Value emitReduceStep(const Item &it, ArrayRef<Value> ts, Value acc);
+
+  // ChunkedScans.cpp: a one-thread loop of scans in chunks, with the scans'
+  // inputs computed by a loop of their own and the stores and sums that
+  // read the scans by another (loops without a carried value, which LLVM
+  // vectorizes), around the scans' own loop.
+  static constexpr int64_t kChunkUnroll = 8;
+  bool takesChunks(const Loop &l);
+  SmallVector<Value> emitChunkedLoop(Loop &l, Value lo, Value hi,
+                                     ArrayRef<Value> carried, bool backInRange);
+  void chunkScratch(Loop &l);
+  void memoizeChunk(Loop &l, ArrayRef<Value> ts, ArrayRef<Value> pos);
+  void storeScanInputs(const Item &it, ArrayRef<Value> ts, ArrayRef<Value> pos);
+  void storeScanValues(const Item &it, ArrayRef<Value> ts, ArrayRef<Value> pos);
 
   // SerialCounters.cpp: modulos of counting scans as wrapping counters.
   /// `mod(S - c, n)` for a counting scan S of the loop (decay 1, steps of 0
@@ -186,6 +202,8 @@ private:
   /// \p count i32 counters in the kernel function's entry block (an alloca
   /// in the unit loop would grow the stack per unit).
   Value entryCounters(int64_t count);
+  /// \p count elements of type \p elem, likewise.
+  Value entryScratch(Type elem, int64_t count);
   void emitRankSortBlock(RankOp rank);
   void emitRankSort(RankOp rank);
 
@@ -295,6 +313,22 @@ private:
   /// version being emitted: a scratch scan that nothing loads is not stored.
   DenseMap<Operation *, SmallVector<Operation *>> scanStores;
   DenseSet<Operation *> loadedScans;
+  /// Which items a token loop of a chunked loop (ChunkedScans.cpp) takes:
+  /// all of them (an unchunked loop), the scans' inputs, the scans, or the
+  /// stores and reductions after them.
+  enum class Phase { All, Inputs, Scans, After } phase = Phase::All;
+  /// In a chunked loop: the chunk's first position, and each scan's arrays
+  /// of kChunk floats in the function's entry block: its input and decay
+  /// at the chunk's tokens (null where read directly) and its values (null
+  /// where stored in its buffer).
+  Value chunkBase;
+  struct ChunkArrays {
+    Value input, decay, value;
+  };
+  DenseMap<Operation *, ChunkArrays> chunkArrays;
+  /// The arrays in each kernel function's entry block, which its chunked
+  /// loops share.
+  DenseMap<Operation *, SmallVector<Value>> chunkPools;
 };
 
 } // namespace cac::lowering

@@ -153,6 +153,13 @@ void SeqKernelEmitter::emitLoop(size_t index) {
 /// then the counters'); returns them after the last token.
 SmallVector<Value>
 SeqKernelEmitter::emitLoopTokens(Loop &l, SmallVector<Value> carried) {
+  if (takesChunks(l)) {
+    if (!readsBehind(l))
+      return emitChunkedLoop(l, e.i64(0), len, carried, false);
+    Value first = b.create<arith::MinSIOp>(e.loc, len, e.i64(1));
+    carried = emitTokenLoop(l, e.i64(0), first, 1, carried, false);
+    return emitChunkedLoop(l, first, len, carried, true);
+  }
   bool unrolled = unrolls(l);
   if (!unrolled && takesNodeRuns(l)) {
     emitNodeRuns(l);
@@ -265,10 +272,11 @@ SmallVector<Value> SeqKernelEmitter::emitTokenLoop(Loop &l, Value lo, Value hi,
   OpBuilder::InsertionGuard g(b);
   b.setInsertionPointToStart(forOp.getBody());
   Value i = forOp.getInductionVar();
-  // The iteration's tokens, in the loop's order.
-  SmallVector<Value> ts;
+  // The iteration's positions and tokens, in the loop's order.
+  SmallVector<Value> pos, ts;
   for (int64_t j = 0; j < step; ++j) {
     Value ij = j ? b.create<arith::AddIOp>(e.loc, i, e.i64(j)) : i;
+    pos.push_back(ij);
     if (l.reverse)
       ts.push_back(b.create<arith::SubIOp>(
           e.loc, b.create<arith::SubIOp>(e.loc, end, e.i64(1)), ij));
@@ -281,9 +289,24 @@ SmallVector<Value> SeqKernelEmitter::emitTokenLoop(Loop &l, Value lo, Value hi,
     for (size_t j = 0; j < ts.size(); ++j)
       back[ts[j]] = j ? ts[j - 1] : Value();
   backOffset = l.reverse ? 1 : -1;
+  if (phase != Phase::All)
+    memoizeChunk(l, ts, pos);
   SmallVector<Value> yields;
+  emitTokenItems(l, ts, pos, forOp.getRegionIterArgs(), yields);
+  b.create<scf::YieldOp>(e.loc, yields);
+  back.clear();
+  SmallVector<Value> out(forOp.getResults().begin(), forOp.getResults().end());
+  return out;
+}
+
+/// The items of `l` at the iteration's tokens `ts` (at positions `pos`),
+/// from the carried values `args`: those of the phase's items (all items',
+/// then the counters', then the replayed scans'); appends what the
+/// iteration yields to `yields`.
+void SeqKernelEmitter::emitTokenItems(Loop &l, ArrayRef<Value> ts,
+                                      ArrayRef<Value> pos, ValueRange args,
+                                      SmallVectorImpl<Value> &yields) {
   unsigned carry = 0;
-  ValueRange args = forOp.getRegionIterArgs();
   ValueRange replayArgs = args.take_back(replayed.size());
   ValueRange counterArgs =
       args.drop_back(replayed.size()).take_back(counters.size());
@@ -293,16 +316,24 @@ SmallVector<Value> SeqKernelEmitter::emitTokenLoop(Loop &l, Value lo, Value hi,
   for (auto [op, prev] : llvm::zip(replayed, replayArgs))
     replayYields.push_back(intMode ? emitIntScanStep(op, ts, prev, {})
                                    : emitScanStep(op, ts, prev, {}));
+  bool scans = phase == Phase::All || phase == Phase::Scans;
+  bool after = phase == Phase::All || phase == Phase::After;
   // Items are taken in order, each for all the iteration's tokens: an item
   // reads only earlier items, at this token (memoized) or at a neighbour
   // (stored already, by this iteration or an earlier one).
   for (Item &it : l.items) {
     switch (it.kind) {
     case Item::Scan:
+      if (phase == Phase::Inputs)
+        storeScanInputs(it, ts, pos);
+      if (!scans)
+        break;
       yields.push_back(
           intMode && isIntScan(it.op)
               ? emitIntScanStep(it.op, ts, args[carry++], storedIn(it))
               : emitScanStep(it.op, ts, args[carry++], storedIn(it)));
+      if (phase == Phase::Scans)
+        storeScanValues(it, ts, pos);
       for (auto [k, v] :
            llvm::enumerate(emitCounterSteps(it.op, ts, counterYields)))
         counterYields[k] = v;
@@ -310,22 +341,20 @@ SmallVector<Value> SeqKernelEmitter::emitTokenLoop(Loop &l, Value lo, Value hi,
     case Item::Rank: // stored by emitRankSort before the loop
       break;
     case Item::Reduce:
-      yields.push_back(intMode && isIntSum(it)
-                           ? emitIntSumStep(it, ts, args[carry++])
-                           : emitReduceStep(it, ts, args[carry++]));
+      if (after)
+        yields.push_back(intMode && isIntSum(it)
+                             ? emitIntSumStep(it, ts, args[carry++])
+                             : emitReduceStep(it, ts, args[carry++]));
       break;
     case Item::Store:
-      for (Value t : ts)
-        e.storeBuffer(it.buffer, evalTok(it.value, t), t);
+      if (after)
+        for (Value t : ts)
+          e.storeBuffer(it.buffer, evalTok(it.value, t), t);
       break;
     }
   }
   yields.append(counterYields);
   yields.append(replayYields);
-  b.create<scf::YieldOp>(e.loc, yields);
-  back.clear();
-  SmallVector<Value> out(forOp.getResults().begin(), forOp.getResults().end());
-  return out;
 }
 
 } // namespace cac::lowering

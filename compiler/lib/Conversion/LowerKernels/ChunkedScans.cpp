@@ -1,0 +1,218 @@
+//===- ChunkedScans.cpp - A one-thread loop of scans, in chunks -----------===//
+//
+// On the CPU a scan's carried FMA leaves the rest of its loop's work (the
+// scan's input at each token: GAE's delta, SAE's decay; the stores and sums
+// that read the scan) in scalar code, one token after another. A loop whose
+// scans read no scan of their own loop takes chunks of scanChunk() tokens
+// instead, each walked three times:
+//   the scans' inputs and decays at the chunk's tokens, into arrays of the
+//     function's stack (no carried value: LLVM vectorizes the loop);
+//   the scans, kUnroll tokens an iteration (SerialLoop.cpp's partials),
+//     reading those arrays: the FMAs of the carry, a load and a store;
+//   the stores and reductions, reading the scans' values from their buffers
+//     (or from an array, for a scan no buffer holds): vectorized again.
+// The chunk's arrays stay in L1, so the extra walks cost loads and stores
+// there, not memory traffic.
+//
+//===----------------------------------------------------------------------===//
+
+#include "SeqKernel.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+
+namespace cac::lowering {
+
+/// Whether token value `v` reads one of `scans` at some token.
+static bool readsScan(KernelOp kernel, Value v,
+                      const DenseSet<Operation *> &scans,
+                      DenseSet<Value> &seen) {
+  if (!definedIn(kernel, v) || domainOf(v) != Domain::Token ||
+      !seen.insert(v).second)
+    return false;
+  Operation *op = v.getDefiningOp();
+  if (scans.contains(op))
+    return true;
+  return llvm::any_of(op->getOperands(), [&](Value o) {
+    return readsScan(kernel, o, scans, seen);
+  });
+}
+
+/// Whether loop `l` takes chunks: a one-thread loop of float scans on a
+/// target that chunks them, where no scan's input or decay reads a scan of
+/// the loop (each scan's inputs are known before the scans run). A loop
+/// with integer scans or counters (both its copies) is walked once.
+bool SeqKernelEmitter::takesChunks(const Loop &l) {
+  if (threads || target.scanChunk() <= 0 || intMode || !counters.empty() ||
+      !replayed.empty() || hasIntScans(l) || !modCounters(l).empty())
+    return false;
+  DenseSet<Operation *> scans;
+  for (const Item &it : l.items)
+    if (it.kind == Item::Scan)
+      scans.insert(it.op);
+  if (scans.empty())
+    return false;
+  DenseSet<Value> seen;
+  return llvm::none_of(scans, [&](Operation *op) {
+    auto scan = cast<ScanOp>(op);
+    return readsScan(kernel, scan.getInput(), scans, seen) ||
+           readsScan(kernel, scan.getDecay(), scans, seen);
+  });
+}
+
+/// The arrays of `l`'s scans: an input or decay that is computed at each
+/// token (not a load, not one value for the sequence) gets one, and so does
+/// a scan that its buffer does not hold. The loops of a function take them
+/// from one pool, as no two run at once.
+void SeqKernelEmitter::chunkScratch(Loop &l) {
+  Operation *fn = b.getInsertionBlock()->getParentOp();
+  while (!isa<func::FuncOp>(fn))
+    fn = fn->getParentOp();
+  SmallVector<Value> &pool = chunkPools[fn];
+  size_t used = 0;
+  auto array = [&]() {
+    if (used == pool.size())
+      pool.push_back(entryScratch(e.ft, target.scanChunk()));
+    return pool[used++];
+  };
+  auto computed = [&](Value v) {
+    return inKernel(v) && !isTokenInvariant(v) &&
+           !isa<ScanOp, RankOp>(v.getDefiningOp()) && !storedEarlier.count(v);
+  };
+  chunkArrays.clear();
+  for (const Item &it : l.items) {
+    if (it.kind != Item::Scan)
+      continue;
+    auto scan = cast<ScanOp>(it.op);
+    ChunkArrays a;
+    if (computed(scan.getInput()))
+      a.input = array();
+    if (computed(scan.getDecay()))
+      a.decay = array();
+    if (it.unstored)
+      a.value = array();
+    chunkArrays[it.op] = a;
+  }
+}
+
+/// The loop's positions [lo, hi) in chunks; `carried` and the result are
+/// the items' carried values, in the items' order.
+SmallVector<Value> SeqKernelEmitter::emitChunkedLoop(Loop &l, Value lo,
+                                                     Value hi,
+                                                     ArrayRef<Value> carried,
+                                                     bool backInRange) {
+  chunkScratch(l);
+  const int64_t n = target.scanChunk();
+  auto chunks =
+      b.create<scf::ForOp>(e.loc, lo, hi, e.i64(n), ValueRange(carried));
+  eraseImplicitYield(chunks);
+  OpBuilder::InsertionGuard g(b);
+  b.setInsertionPointToStart(chunks.getBody());
+  chunkBase = chunks.getInductionVar();
+  Value chunkEnd = b.create<arith::MinSIOp>(
+      e.loc, b.create<arith::AddIOp>(e.loc, chunkBase, e.i64(n)), hi);
+  SmallVector<Value> scanInits, reduceInits;
+  bool inputs = false, after = false;
+  for (auto [it, v] :
+       llvm::zip(llvm::make_filter_range(l.items,
+                                         [](const Item &it) {
+                                           return it.kind == Item::Scan ||
+                                                  it.kind == Item::Reduce;
+                                         }),
+                 chunks.getRegionIterArgs()))
+    (it.kind == Item::Scan ? scanInits : reduceInits).push_back(v);
+  for (const Item &it : l.items) {
+    if (it.kind == Item::Scan) {
+      const ChunkArrays &a = chunkArrays[it.op];
+      inputs = inputs || a.input || a.decay;
+    }
+    after = after || it.kind == Item::Reduce || it.kind == Item::Store;
+  }
+  if (inputs) {
+    phase = Phase::Inputs;
+    emitTokenLoop(l, chunkBase, chunkEnd, 1, {}, backInRange);
+  }
+  phase = Phase::Scans;
+  Value left = b.create<arith::RemSIOp>(
+      e.loc, b.create<arith::SubIOp>(e.loc, chunkEnd, chunkBase),
+      e.i64(kChunkUnroll));
+  Value whole = b.create<arith::SubIOp>(e.loc, chunkEnd, left);
+  SmallVector<Value> scanned =
+      emitTokenLoop(l, chunkBase, whole, kChunkUnroll, scanInits, backInRange);
+  scanned = emitTokenLoop(l, whole, chunkEnd, 1, scanned, backInRange);
+  SmallVector<Value> reduced = reduceInits;
+  if (after) {
+    phase = Phase::After;
+    reduced =
+        emitTokenLoop(l, chunkBase, chunkEnd, 1, reduceInits, backInRange);
+  }
+  phase = Phase::All;
+  SmallVector<Value> yields;
+  unsigned s = 0, r = 0;
+  for (const Item &it : l.items)
+    if (it.kind == Item::Scan)
+      yields.push_back(scanned[s++]);
+    else if (it.kind == Item::Reduce)
+      yields.push_back(reduced[r++]);
+  b.create<scf::YieldOp>(e.loc, yields);
+  chunkArrays.clear();
+  chunkBase = Value();
+  SmallVector<Value> out(chunks.getResults().begin(),
+                         chunks.getResults().end());
+  return out;
+}
+
+/// In a chunk's walk, before its items: the scans' inputs and decays (in
+/// the walk of the scans) or the values of the scans without a buffer (in
+/// the walk after them) at the iteration's tokens, loaded from their arrays.
+void SeqKernelEmitter::memoizeChunk(Loop &l, ArrayRef<Value> ts,
+                                    ArrayRef<Value> pos) {
+  for (const Item &it : l.items) {
+    if (it.kind != Item::Scan)
+      continue;
+    auto scan = cast<ScanOp>(it.op);
+    const ChunkArrays &a = chunkArrays[it.op];
+    SmallVector<std::pair<Value, Value>> loads; // (array, value)
+    if (phase == Phase::Scans) {
+      loads.push_back({a.input, scan.getInput()});
+      loads.push_back({a.decay, scan.getDecay()});
+    } else if (phase == Phase::After) {
+      loads.push_back({a.value, scan.getResult()});
+    }
+    for (auto [array, v] : loads) {
+      if (!array)
+        continue;
+      for (auto [t, p] : llvm::zip(ts, pos))
+        tokenMemo[{v, t}] =
+            e.load(array, b.create<arith::SubIOp>(e.loc, p, chunkBase), e.ft);
+    }
+  }
+}
+
+/// The walk of the inputs: a scan's input and decay at the tokens `ts`,
+/// into the scan's arrays.
+void SeqKernelEmitter::storeScanInputs(const Item &it, ArrayRef<Value> ts,
+                                       ArrayRef<Value> pos) {
+  auto scan = cast<ScanOp>(it.op);
+  const ChunkArrays &a = chunkArrays[it.op];
+  for (auto [t, p] : llvm::zip(ts, pos)) {
+    Value at = b.create<arith::SubIOp>(e.loc, p, chunkBase);
+    if (a.input)
+      e.store(evalTok(scan.getInput(), t), a.input, at);
+    if (a.decay)
+      e.store(evalTok(scan.getDecay(), t), a.decay, at);
+  }
+}
+
+/// The walk of the scans: a scan without a buffer keeps its values at the
+/// tokens `ts` in its array, for the walk after it.
+void SeqKernelEmitter::storeScanValues(const Item &it, ArrayRef<Value> ts,
+                                       ArrayRef<Value> pos) {
+  const ChunkArrays &a = chunkArrays[it.op];
+  if (!a.value)
+    return;
+  for (auto [t, p] : llvm::zip(ts, pos))
+    e.store(evalTok(it.op->getResult(0), t), a.value,
+            b.create<arith::SubIOp>(e.loc, p, chunkBase));
+}
+
+} // namespace cac::lowering
