@@ -37,10 +37,11 @@ static bool readsScan(KernelOp kernel, Value v,
   });
 }
 
-/// Whether loop `l` takes chunks: a one-thread loop of float scans on a
-/// target that chunks them, where no scan's input or decay reads a scan of
-/// the loop (each scan's inputs are known before the scans run). A loop
-/// with integer scans or counters (both its copies) is walked once.
+/// Whether loop `l` takes chunks: a one-thread loop of float scans, or one
+/// that reads group_pos_sums (ChunkedGroupSums.cpp), on a target that
+/// chunks them, where no scan's input or decay reads a scan of the loop
+/// (each scan's inputs are known before the scans run). A loop with integer
+/// scans or counters (both its copies) is walked once.
 bool SeqKernelEmitter::takesChunks(const Loop &l) {
   if (threads || target.scanChunk() <= 0 || intMode || !counters.empty() ||
       !replayed.empty() || hasIntScans(l) || !modCounters(l).empty())
@@ -49,20 +50,21 @@ bool SeqKernelEmitter::takesChunks(const Loop &l) {
   for (const Item &it : l.items)
     if (it.kind == Item::Scan)
       scans.insert(it.op);
-  if (scans.empty())
-    return false;
   DenseSet<Value> seen;
-  return llvm::none_of(scans, [&](Operation *op) {
-    auto scan = cast<ScanOp>(op);
-    return readsScan(kernel, scan.getInput(), scans, seen) ||
-           readsScan(kernel, scan.getDecay(), scans, seen);
-  });
+  if (llvm::any_of(scans, [&](Operation *op) {
+        auto scan = cast<ScanOp>(op);
+        return readsScan(kernel, scan.getInput(), scans, seen) ||
+               readsScan(kernel, scan.getDecay(), scans, seen);
+      }))
+    return false;
+  return !scans.empty() || !posSumsOf(l).empty();
 }
 
 /// The arrays of `l`'s scans: an input or decay that is computed at each
 /// token (not a load, not one value for the sequence) gets one, and so does
-/// a scan that its buffer does not hold. The loops of a function take them
-/// from one pool, as no two run at once.
+/// a scan that its buffer does not hold, and each group_pos_sum the loop
+/// reads. The loops of a function take them from one pool, as no two run at
+/// once.
 void SeqKernelEmitter::chunkScratch(Loop &l) {
   Operation *fn = b.getInsertionBlock()->getParentOp();
   while (!isa<func::FuncOp>(fn))
@@ -79,6 +81,9 @@ void SeqKernelEmitter::chunkScratch(Loop &l) {
            !isa<ScanOp, RankOp>(v.getDefiningOp()) && !storedEarlier.count(v);
   };
   chunkArrays.clear();
+  posSumArrays.clear();
+  for (Operation *op : posSumsOf(l))
+    posSumArrays[op] = array();
   for (const Item &it : l.items) {
     if (it.kind != Item::Scan)
       continue;
@@ -110,6 +115,17 @@ SmallVector<Value> SeqKernelEmitter::emitChunkedLoop(Loop &l, Value lo,
   chunkBase = chunks.getInductionVar();
   Value chunkEnd = b.create<arith::MinSIOp>(
       e.loc, b.create<arith::AddIOp>(e.loc, chunkBase, e.i64(n)), hi);
+  emitPosSumArrays(l, chunkEnd);
+  if (llvm::none_of(l.items,
+                    [](const Item &it) { return it.kind == Item::Scan; })) {
+    // No scan: one walk of the chunk, reading the sums' arrays.
+    SmallVector<Value> inits(chunks.getRegionIterArgs().begin(),
+                             chunks.getRegionIterArgs().end());
+    SmallVector<Value> out =
+        emitTokenLoop(l, chunkBase, chunkEnd, 1, inits, backInRange);
+    b.create<scf::YieldOp>(e.loc, out);
+    return finishChunks(chunks);
+  }
   SmallVector<Value> scanInits, reduceInits;
   bool inputs = false, after = false;
   for (auto [it, v] :
@@ -154,18 +170,28 @@ SmallVector<Value> SeqKernelEmitter::emitChunkedLoop(Loop &l, Value lo,
     else if (it.kind == Item::Reduce)
       yields.push_back(reduced[r++]);
   b.create<scf::YieldOp>(e.loc, yields);
-  chunkArrays.clear();
-  chunkBase = Value();
-  SmallVector<Value> out(chunks.getResults().begin(),
-                         chunks.getResults().end());
-  return out;
+  return finishChunks(chunks);
 }
 
-/// In a chunk's walk, before its items: the scans' inputs and decays (in
-/// the walk of the scans) or the values of the scans without a buffer (in
-/// the walk after them) at the iteration's tokens, loaded from their arrays.
+/// The chunked loop's results, after its body.
+SmallVector<Value> SeqKernelEmitter::finishChunks(scf::ForOp chunks) {
+  chunkArrays.clear();
+  posSumArrays.clear();
+  chunkBase = Value();
+  return SmallVector<Value>(chunks.getResults().begin(),
+                            chunks.getResults().end());
+}
+
+/// In a chunk's walk, before its items: the group_pos_sums, the scans'
+/// inputs and decays (in the walk of the scans) or the values of the scans
+/// without a buffer (in the walk after them) at the iteration's tokens,
+/// loaded from their arrays.
 void SeqKernelEmitter::memoizeChunk(Loop &l, ArrayRef<Value> ts,
                                     ArrayRef<Value> pos) {
+  for (auto [op, array] : posSumArrays)
+    for (auto [t, p] : llvm::zip(ts, pos))
+      tokenMemo[{op->getResult(0), t}] =
+          e.load(array, b.create<arith::SubIOp>(e.loc, p, chunkBase), e.ft);
   for (const Item &it : l.items) {
     if (it.kind != Item::Scan)
       continue;

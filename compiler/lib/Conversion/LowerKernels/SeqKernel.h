@@ -20,6 +20,7 @@
 #include "KernelTarget.h"
 #include "Schedule.h"
 
+#include "llvm/ADT/MapVector.h"
 #include "llvm/ADT/SetVector.h"
 #include "llvm/ADT/SmallSet.h"
 
@@ -95,9 +96,14 @@ private:
   SmallVector<Value> emitChunkedLoop(Loop &l, Value lo, Value hi,
                                      ArrayRef<Value> carried, bool backInRange);
   void chunkScratch(Loop &l);
+  SmallVector<Value> finishChunks(scf::ForOp chunks);
   void memoizeChunk(Loop &l, ArrayRef<Value> ts, ArrayRef<Value> pos);
   void storeScanInputs(const Item &it, ArrayRef<Value> ts, ArrayRef<Value> pos);
   void storeScanValues(const Item &it, ArrayRef<Value> ts, ArrayRef<Value> pos);
+
+  // ChunkedGroupSums.cpp: a chunk's group_pos_sums, member by member.
+  SmallVector<Operation *> posSumsOf(const Loop &l);
+  void emitPosSumArrays(Loop &l, Value chunkEnd);
 
   // SerialCounters.cpp: modulos of counting scans as wrapping counters.
   /// `mod(S - c, n)` for a counting scan S of the loop (decay 1, steps of 0
@@ -326,6 +332,8 @@ private:
     Value input, decay, value;
   };
   DenseMap<Operation *, ChunkArrays> chunkArrays;
+  /// In a chunked loop: the array of each group_pos_sum its items read.
+  llvm::MapVector<Operation *, Value> posSumArrays;
   /// The arrays in each kernel function's entry block, which its chunked
   /// loops share.
   DenseMap<Operation *, SmallVector<Value>> chunkPools;

@@ -289,7 +289,7 @@ SmallVector<Value> SeqKernelEmitter::emitTokenLoop(Loop &l, Value lo, Value hi,
     for (size_t j = 0; j < ts.size(); ++j)
       back[ts[j]] = j ? ts[j - 1] : Value();
   backOffset = l.reverse ? 1 : -1;
-  if (phase != Phase::All)
+  if (chunkBase)
     memoizeChunk(l, ts, pos);
   SmallVector<Value> yields;
   emitTokenItems(l, ts, pos, forOp.getRegionIterArgs(), yields);
