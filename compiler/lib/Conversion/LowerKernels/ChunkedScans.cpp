@@ -7,8 +7,9 @@
 // instead, each walked three times:
 //   the scans' inputs and decays at the chunk's tokens, into arrays of the
 //     function's stack (no carried value: LLVM vectorizes the loop);
-//   the scans, kUnroll tokens an iteration (SerialLoop.cpp's partials),
-//     reading those arrays: the FMAs of the carry, a load and a store;
+//   the scans, eight tokens an iteration (four where a decay varies by
+//     token) with SerialLoop.cpp's partials, reading those arrays: the
+//     FMAs of the carry, a load and a store;
 //   the stores and reductions, reading the scans' values from their buffers
 //     (or from an array, for a scan no buffer holds): vectorized again.
 // The chunk's arrays stay in L1, so the extra walks cost loads and stores
@@ -148,12 +149,22 @@ SmallVector<Value> SeqKernelEmitter::emitChunkedLoop(Loop &l, Value lo,
     emitTokenLoop(l, chunkBase, chunkEnd, 1, {}, backInRange);
   }
   phase = Phase::Scans;
+  // Eight tokens an iteration where every decay is the same at every token;
+  // four where one varies (a product of decays more per token: measured
+  // 1.1x faster for SAE).
+  int64_t step =
+      llvm::all_of(l.items,
+                   [&](const Item &it) {
+                     return it.kind != Item::Scan ||
+                            isTokenInvariant(cast<ScanOp>(it.op).getDecay());
+                   })
+          ? kChunkUnroll
+          : kUnroll;
   Value left = b.create<arith::RemSIOp>(
-      e.loc, b.create<arith::SubIOp>(e.loc, chunkEnd, chunkBase),
-      e.i64(kChunkUnroll));
+      e.loc, b.create<arith::SubIOp>(e.loc, chunkEnd, chunkBase), e.i64(step));
   Value whole = b.create<arith::SubIOp>(e.loc, chunkEnd, left);
   SmallVector<Value> scanned =
-      emitTokenLoop(l, chunkBase, whole, kChunkUnroll, scanInits, backInRange);
+      emitTokenLoop(l, chunkBase, whole, step, scanInits, backInRange);
   scanned = emitTokenLoop(l, whole, chunkEnd, 1, scanned, backInRange);
   SmallVector<Value> reduced = reduceInits;
   if (after) {
