@@ -17,37 +17,14 @@
 
 namespace cac::lowering {
 
-/// The group_pos_sums that `v` reads at its own token.
-static void collectPosSums(KernelOp kernel, Value v,
-                           llvm::SetVector<Operation *> &sums,
-                           DenseSet<Value> &seen) {
-  if (!definedIn(kernel, v) || domainOf(v) != Domain::Token ||
-      !seen.insert(v).second)
-    return;
-  Operation *op = v.getDefiningOp();
-  if (isa<GroupPosSumOp>(op)) {
-    sums.insert(op);
-    return;
-  }
-  // A scan or rank is loaded; a shift reads another token.
-  if (isa<ScanOp, RankOp, ShiftOp>(op))
-    return;
-  for (Value o : op->getOperands())
-    collectPosSums(kernel, o, sums, seen);
-}
-
-/// The group_pos_sums that the items of `l` read at their own token.
+/// The group_pos_sums that the items of `l` evaluate, in the kernel's order.
 SmallVector<Operation *> SeqKernelEmitter::posSumsOf(const Loop &l) {
-  llvm::SetVector<Operation *> sums;
-  DenseSet<Value> seen;
-  for (const Item &it : l.items) {
-    if (it.kind == Item::Store)
-      collectPosSums(kernel, it.value, sums, seen);
-    else if (it.kind != Item::Rank)
-      for (Value o : it.op->getOperands())
-        collectPosSums(kernel, o, sums, seen);
-  }
-  return SmallVector<Operation *>(sums.begin(), sums.end());
+  DenseSet<Value> reached = reachedBy(l);
+  SmallVector<Operation *> sums;
+  for (auto s : kernel.getBody().front().getOps<GroupPosSumOp>())
+    if (reached.count(s.getResult()))
+      sums.push_back(s);
+  return sums;
 }
 
 /// Each group_pos_sum of the chunk [chunkBase, chunkEnd) of `l`'s positions

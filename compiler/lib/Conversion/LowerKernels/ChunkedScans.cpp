@@ -19,24 +19,7 @@
 
 #include "SeqKernel.h"
 
-#include "mlir/Dialect/Func/IR/FuncOps.h"
-
 namespace cac::lowering {
-
-/// Whether token value `v` reads one of `scans` at some token.
-static bool readsScan(KernelOp kernel, Value v,
-                      const DenseSet<Operation *> &scans,
-                      DenseSet<Value> &seen) {
-  if (!definedIn(kernel, v) || domainOf(v) != Domain::Token ||
-      !seen.insert(v).second)
-    return false;
-  Operation *op = v.getDefiningOp();
-  if (scans.contains(op))
-    return true;
-  return llvm::any_of(op->getOperands(), [&](Value o) {
-    return readsScan(kernel, o, scans, seen);
-  });
-}
 
 /// Whether loop `l` takes chunks: a one-thread loop of float scans, or one
 /// that reads group_pos_sums (ChunkedGroupSums.cpp), on a target that
@@ -47,16 +30,17 @@ bool SeqKernelEmitter::takesChunks(const Loop &l) {
   if (threads || target.scanChunk() <= 0 || intMode || !counters.empty() ||
       !replayed.empty() || hasIntScans(l) || !modCounters(l).empty())
     return false;
-  DenseSet<Operation *> scans;
-  for (const Item &it : l.items)
-    if (it.kind == Item::Scan)
-      scans.insert(it.op);
-  DenseSet<Value> seen;
-  if (llvm::any_of(scans, [&](Operation *op) {
-        auto scan = cast<ScanOp>(op);
-        return readsScan(kernel, scan.getInput(), scans, seen) ||
-               readsScan(kernel, scan.getDecay(), scans, seen);
-      }))
+  SmallVector<Value> scans;
+  DenseSet<Value> inputs;
+  for (const Item &it : l.items) {
+    if (it.kind != Item::Scan)
+      continue;
+    auto scan = cast<ScanOp>(it.op);
+    scans.push_back(scan.getResult());
+    reachedFrom(scan.getInput(), inputs);
+    reachedFrom(scan.getDecay(), inputs);
+  }
+  if (llvm::any_of(scans, [&](Value y) { return inputs.count(y); }))
     return false;
   return !scans.empty() || !posSumsOf(l).empty();
 }
@@ -64,18 +48,14 @@ bool SeqKernelEmitter::takesChunks(const Loop &l) {
 /// The arrays of `l`'s scans: an input or decay that is computed at each
 /// token (not a load, not one value for the sequence) gets one, and so does
 /// a scan that its buffer does not hold, and each group_pos_sum the loop
-/// reads. The loops of a function take them from one pool, as no two run at
-/// once.
+/// reads. The loops of the kernel function take them from one pool, as no
+/// two run at once.
 void SeqKernelEmitter::chunkScratch(Loop &l) {
-  Operation *fn = b.getInsertionBlock()->getParentOp();
-  while (!isa<func::FuncOp>(fn))
-    fn = fn->getParentOp();
-  SmallVector<Value> &pool = chunkPools[fn];
   size_t used = 0;
   auto array = [&]() {
-    if (used == pool.size())
-      pool.push_back(entryScratch(e.ft, target.scanChunk()));
-    return pool[used++];
+    if (used == chunkPool.size())
+      chunkPool.push_back(entryScratch(e.ft, target.scanChunk()));
+    return chunkPool[used++];
   };
   auto computed = [&](Value v) {
     return inKernel(v) && !isTokenInvariant(v) &&
@@ -195,61 +175,54 @@ SmallVector<Value> SeqKernelEmitter::finishChunks(scf::ForOp chunks) {
 
 /// In a chunk's walk, before its items: the group_pos_sums, the scans'
 /// inputs and decays (in the walk of the scans) or the values of the scans
-/// without a buffer (in the walk after them) at the iteration's tokens,
-/// loaded from their arrays.
+/// without a buffer (in the walk after them) at the iteration's tokens `ts`
+/// (at offsets `at` in the chunk), loaded from their arrays.
 void SeqKernelEmitter::memoizeChunk(Loop &l, ArrayRef<Value> ts,
-                                    ArrayRef<Value> pos) {
+                                    ArrayRef<Value> at) {
+  SmallVector<std::pair<Value, Value>> loads; // (array, value)
   for (auto [op, array] : posSumArrays)
-    for (auto [t, p] : llvm::zip(ts, pos))
-      tokenMemo[{op->getResult(0), t}] =
-          e.load(array, b.create<arith::SubIOp>(e.loc, p, chunkBase), e.ft);
+    loads.push_back({array, op->getResult(0)});
   for (const Item &it : l.items) {
     if (it.kind != Item::Scan)
       continue;
     auto scan = cast<ScanOp>(it.op);
     const ChunkArrays &a = chunkArrays[it.op];
-    SmallVector<std::pair<Value, Value>> loads; // (array, value)
     if (phase == Phase::Scans) {
       loads.push_back({a.input, scan.getInput()});
       loads.push_back({a.decay, scan.getDecay()});
     } else if (phase == Phase::After) {
       loads.push_back({a.value, scan.getResult()});
     }
-    for (auto [array, v] : loads) {
-      if (!array)
-        continue;
-      for (auto [t, p] : llvm::zip(ts, pos))
-        tokenMemo[{v, t}] =
-            e.load(array, b.create<arith::SubIOp>(e.loc, p, chunkBase), e.ft);
-    }
   }
+  for (auto [array, v] : loads)
+    if (array)
+      for (auto [t, i] : llvm::zip(ts, at))
+        tokenMemo[{v, t}] = e.load(array, i, e.ft);
 }
 
 /// The walk of the inputs: a scan's input and decay at the tokens `ts`,
-/// into the scan's arrays.
+/// into the scan's arrays at the offsets `at`.
 void SeqKernelEmitter::storeScanInputs(const Item &it, ArrayRef<Value> ts,
-                                       ArrayRef<Value> pos) {
+                                       ArrayRef<Value> at) {
   auto scan = cast<ScanOp>(it.op);
   const ChunkArrays &a = chunkArrays[it.op];
-  for (auto [t, p] : llvm::zip(ts, pos)) {
-    Value at = b.create<arith::SubIOp>(e.loc, p, chunkBase);
+  for (auto [t, i] : llvm::zip(ts, at)) {
     if (a.input)
-      e.store(evalTok(scan.getInput(), t), a.input, at);
+      e.store(evalTok(scan.getInput(), t), a.input, i);
     if (a.decay)
-      e.store(evalTok(scan.getDecay(), t), a.decay, at);
+      e.store(evalTok(scan.getDecay(), t), a.decay, i);
   }
 }
 
 /// The walk of the scans: a scan without a buffer keeps its values at the
-/// tokens `ts` in its array, for the walk after it.
+/// tokens `ts` in its array (at the offsets `at`), for the walk after it.
 void SeqKernelEmitter::storeScanValues(const Item &it, ArrayRef<Value> ts,
-                                       ArrayRef<Value> pos) {
+                                       ArrayRef<Value> at) {
   const ChunkArrays &a = chunkArrays[it.op];
   if (!a.value)
     return;
-  for (auto [t, p] : llvm::zip(ts, pos))
-    e.store(evalTok(it.op->getResult(0), t), a.value,
-            b.create<arith::SubIOp>(e.loc, p, chunkBase));
+  for (auto [t, i] : llvm::zip(ts, at))
+    e.store(evalTok(it.op->getResult(0), t), a.value, i);
 }
 
 } // namespace cac::lowering

@@ -81,7 +81,7 @@ private:
   SmallVector<Value> emitLoopTokens(Loop &l, SmallVector<Value> carried);
   SmallVector<Value> emitTokenLoop(Loop &l, Value lo, Value hi, int64_t step,
                                    ArrayRef<Value> inits, bool backInRange);
-  void emitTokenItems(Loop &l, ArrayRef<Value> ts, ArrayRef<Value> pos,
+  void emitTokenItems(Loop &l, ArrayRef<Value> ts, ArrayRef<Value> at,
                       ValueRange args, SmallVectorImpl<Value> &yields);
   Value emitScanStep(Operation *scan, ArrayRef<Value> ts, Value prev,
                      std::optional<unsigned> buffer);
@@ -97,9 +97,9 @@ private:
                                      ArrayRef<Value> carried, bool backInRange);
   void chunkScratch(Loop &l);
   SmallVector<Value> finishChunks(scf::ForOp chunks);
-  void memoizeChunk(Loop &l, ArrayRef<Value> ts, ArrayRef<Value> pos);
-  void storeScanInputs(const Item &it, ArrayRef<Value> ts, ArrayRef<Value> pos);
-  void storeScanValues(const Item &it, ArrayRef<Value> ts, ArrayRef<Value> pos);
+  void memoizeChunk(Loop &l, ArrayRef<Value> ts, ArrayRef<Value> at);
+  void storeScanInputs(const Item &it, ArrayRef<Value> ts, ArrayRef<Value> at);
+  void storeScanValues(const Item &it, ArrayRef<Value> ts, ArrayRef<Value> at);
 
   // ChunkedGroupSums.cpp: a chunk's group_pos_sums, member by member.
   SmallVector<Operation *> posSumsOf(const Loop &l);
@@ -205,10 +205,8 @@ private:
 
   // RankSort.cpp: ranks as radix sorts.
   Value rankKey(Value x);
-  /// \p count i32 counters in the kernel function's entry block (an alloca
-  /// in the unit loop would grow the stack per unit).
-  Value entryCounters(int64_t count);
-  /// \p count elements of type \p elem, likewise.
+  /// \p count elements of type \p elem in the kernel function's entry
+  /// block (an alloca in the unit loop would grow the stack per unit).
   Value entryScratch(Type elem, int64_t count);
   void emitRankSortBlock(RankOp rank);
   void emitRankSort(RankOp rank);
@@ -241,6 +239,8 @@ private:
   Value computeTok(Value v, Value t);
   bool costlyToRecompute(Value v, DenseSet<Value> &seen);
   void noteStores(const Loop &l);
+  void reachedFrom(Value v, DenseSet<Value> &seen);
+  DenseSet<Value> reachedBy(const Loop &l);
   Value shiftTok(ShiftOp s, Value t);
   std::pair<Value, Value> shiftIndexFrom(Value t, int64_t offset);
   static arith::CmpIPredicate intPredicate(CmpOp cmp);
@@ -334,9 +334,9 @@ private:
   DenseMap<Operation *, ChunkArrays> chunkArrays;
   /// In a chunked loop: the array of each group_pos_sum its items read.
   llvm::MapVector<Operation *, Value> posSumArrays;
-  /// The arrays in each kernel function's entry block, which its chunked
-  /// loops share.
-  DenseMap<Operation *, SmallVector<Value>> chunkPools;
+  /// The arrays in the kernel function's entry block (one emitter builds
+  /// one function), which its chunked loops share.
+  SmallVector<Value> chunkPool;
 };
 
 } // namespace cac::lowering

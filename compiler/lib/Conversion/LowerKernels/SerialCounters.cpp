@@ -32,23 +32,6 @@ static std::optional<double> literalOf(Value v) {
 
 double exactLimit(Type ft) { return std::ldexp(1.0, ft.isF32() ? 23 : 52); }
 
-/// The token values that the items of `l` evaluate, in `version` (the
-/// selects it fixes read their taken operand only).
-static void reachedFrom(Value v, KernelOp kernel, const Version &version,
-                        DenseSet<Value> &seen) {
-  if (!definedIn(kernel, v) || domainOf(v) != Domain::Token ||
-      !seen.insert(v).second)
-    return;
-  Operation *op = v.getDefiningOp();
-  if (isa<ScanOp, RankOp>(op))
-    return;
-  if (auto sel = dyn_cast<SelectOp>(op))
-    if (Value arm = fixedArm(sel, version))
-      return reachedFrom(arm, kernel, version, seen);
-  for (Value o : op->getOperands())
-    reachedFrom(o, kernel, version, seen);
-}
-
 /// The modulos that the items of `l` evaluate and that a counter can give:
 /// `mod(S - c, n)` or `mod(S, n)` where S is a forward or reverse scan of
 /// `l` with decay 1 whose input is a boolean as a float (a step of 0 or 1),
@@ -59,14 +42,7 @@ SeqKernelEmitter::modCounters(const Loop &l) {
   for (const Item &it : l.items)
     if (it.kind == Item::Scan)
       scans.insert(it.op);
-  DenseSet<Value> reached;
-  for (const Item &it : l.items) {
-    if (it.kind == Item::Store)
-      reachedFrom(it.value, kernel, version, reached);
-    else if (it.kind != Item::Rank)
-      for (Value o : it.op->getOperands())
-        reachedFrom(o, kernel, version, reached);
-  }
+  DenseSet<Value> reached = reachedBy(l);
   SmallVector<ModCounter> found;
   for (auto mod : kernel.getBody().front().getOps<BinaryOp>()) {
     if (mod.getKind() != BinaryKind::Mod || !reached.count(mod.getResult()) ||

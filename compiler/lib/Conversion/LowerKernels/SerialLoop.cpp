@@ -272,11 +272,13 @@ SmallVector<Value> SeqKernelEmitter::emitTokenLoop(Loop &l, Value lo, Value hi,
   OpBuilder::InsertionGuard g(b);
   b.setInsertionPointToStart(forOp.getBody());
   Value i = forOp.getInductionVar();
-  // The iteration's positions and tokens, in the loop's order.
-  SmallVector<Value> pos, ts;
+  // The iteration's tokens, in the loop's order, and in a chunked loop
+  // their offsets in the chunk.
+  SmallVector<Value> ts, at;
   for (int64_t j = 0; j < step; ++j) {
     Value ij = j ? b.create<arith::AddIOp>(e.loc, i, e.i64(j)) : i;
-    pos.push_back(ij);
+    if (chunkBase)
+      at.push_back(b.create<arith::SubIOp>(e.loc, ij, chunkBase));
     if (l.reverse)
       ts.push_back(b.create<arith::SubIOp>(
           e.loc, b.create<arith::SubIOp>(e.loc, end, e.i64(1)), ij));
@@ -290,21 +292,22 @@ SmallVector<Value> SeqKernelEmitter::emitTokenLoop(Loop &l, Value lo, Value hi,
       back[ts[j]] = j ? ts[j - 1] : Value();
   backOffset = l.reverse ? 1 : -1;
   if (chunkBase)
-    memoizeChunk(l, ts, pos);
+    memoizeChunk(l, ts, at);
   SmallVector<Value> yields;
-  emitTokenItems(l, ts, pos, forOp.getRegionIterArgs(), yields);
+  emitTokenItems(l, ts, at, forOp.getRegionIterArgs(), yields);
   b.create<scf::YieldOp>(e.loc, yields);
   back.clear();
   SmallVector<Value> out(forOp.getResults().begin(), forOp.getResults().end());
   return out;
 }
 
-/// The items of `l` at the iteration's tokens `ts` (at positions `pos`),
+/// The items of `l` at the iteration's tokens `ts` (at offsets `at` in a
+/// chunk),
 /// from the carried values `args`: those of the phase's items (all items',
 /// then the counters', then the replayed scans'); appends what the
 /// iteration yields to `yields`.
 void SeqKernelEmitter::emitTokenItems(Loop &l, ArrayRef<Value> ts,
-                                      ArrayRef<Value> pos, ValueRange args,
+                                      ArrayRef<Value> at, ValueRange args,
                                       SmallVectorImpl<Value> &yields) {
   unsigned carry = 0;
   ValueRange replayArgs = args.take_back(replayed.size());
@@ -325,7 +328,7 @@ void SeqKernelEmitter::emitTokenItems(Loop &l, ArrayRef<Value> ts,
     switch (it.kind) {
     case Item::Scan:
       if (phase == Phase::Inputs)
-        storeScanInputs(it, ts, pos);
+        storeScanInputs(it, ts, at);
       if (!scans)
         break;
       yields.push_back(
@@ -333,7 +336,7 @@ void SeqKernelEmitter::emitTokenItems(Loop &l, ArrayRef<Value> ts,
               ? emitIntScanStep(it.op, ts, args[carry++], storedIn(it))
               : emitScanStep(it.op, ts, args[carry++], storedIn(it)));
       if (phase == Phase::Scans)
-        storeScanValues(it, ts, pos);
+        storeScanValues(it, ts, at);
       for (auto [k, v] :
            llvm::enumerate(emitCounterSteps(it.op, ts, counterYields)))
         counterYields[k] = v;

@@ -182,6 +182,35 @@ void SeqKernelEmitter::noteStores(const Loop &l) {
   }
 }
 
+/// Adds to `seen` the token values that evaluating `v` evaluates in this
+/// version (a select it fixes reads its taken operand only), down to the
+/// scans and ranks it loads (included, not their operands).
+void SeqKernelEmitter::reachedFrom(Value v, DenseSet<Value> &seen) {
+  if (!inKernel(v) || domainOf(v) != Domain::Token || !seen.insert(v).second)
+    return;
+  Operation *op = v.getDefiningOp();
+  if (isa<ScanOp, RankOp>(op))
+    return;
+  if (auto sel = dyn_cast<SelectOp>(op))
+    if (Value arm = fixedArm(sel, version))
+      return reachedFrom(arm, seen);
+  for (Value o : op->getOperands())
+    reachedFrom(o, seen);
+}
+
+/// The token values that the items of `l` evaluate.
+DenseSet<Value> SeqKernelEmitter::reachedBy(const Loop &l) {
+  DenseSet<Value> reached;
+  for (const Item &it : l.items) {
+    if (it.kind == Item::Store)
+      reachedFrom(it.value, reached);
+    else if (it.kind != Item::Rank)
+      for (Value o : it.op->getOperands())
+        reachedFrom(o, reached);
+  }
+  return reached;
+}
+
 void SeqKernelEmitter::forgetTokens() {
   tokenMemo.clear();
   intMemo.clear();

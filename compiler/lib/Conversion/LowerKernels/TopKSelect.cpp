@@ -151,7 +151,7 @@ void SeqKernelEmitter::emitTopKSelect(RankOp rank, Value kv) {
     return b.create<arith::ConstantOp>(loc, b.getIntegerAttr(t, v));
   };
   auto at = [&](Value i) { return b.create<arith::AddIOp>(loc, start, i); };
-  Value hist = entryCounters(kBins * kCopies);
+  Value hist = entryScratch(b.getI32Type(), kBins * kCopies);
   auto digitOf = [&](Value d, const Digit &g) -> Value {
     Value sh = b.create<arith::ShRUIOp>(loc, d, iconst(it, g.shift));
     Value v = b.create<arith::AndIOp>(loc, sh, iconst(it, (1 << g.width) - 1));
