@@ -2,6 +2,7 @@
 //
 // cac-bench-cpu --stdlib DIR --bundles DIR [--methods a,b,..]
 //               [--shapes 256x4096,64x1024] [--threads N] [--iters K]
+//               [--compiled-only 1]
 //
 // For each method and batch shape B x T (every sequence T tokens long, groups
 // of 8 sequences, a two-level tree per group for tree estimators), measured in
@@ -21,10 +22,12 @@
 //   compiled the bundle's host.so through the runtime (BundleEstimator::run,
 //            what cac-run calls), inputs already packed;
 // each as the median (min) of --iters calls to the microsecond,
-// their ratios (of the medians), the bytes of inputs and outputs per token, the compiled
-// kernels' throughput, and the machine's copy bandwidth measured by the same
-// program. Prints a Markdown table (docs/benchmarks.md). A benchmark, not a
-// test: it checks only that eager and compiled agree (max |diff| column).
+// their ratios (of the medians), the bytes of inputs and outputs per token, the
+// compiled kernels' throughput, and the machine's copy bandwidth measured by
+// the same program. Prints a Markdown table (docs/benchmarks.md). A benchmark,
+// not a test: it checks only that eager and compiled agree (max |diff| column).
+// --compiled-only 1 times the bundles alone (eager, loop and agreement cells
+// "—"): for A/B runs of two compilers' bundles and for profiling the kernels.
 //
 //===----------------------------------------------------------------------===//
 
@@ -69,6 +72,7 @@ static int run(int argc, char **argv) {
   o.shapes = {{256, 4096}, {64, 1024}};
   o.iters = 5;
   int threads = 2;
+  bool compiledOnly = false;
   bool ok = parseArgs(argc, argv, o, [&](const std::string &a,
                                          const std::string &v) {
     if (a == "--stdlib")
@@ -77,6 +81,8 @@ static int run(int argc, char **argv) {
       bundlesDir = v;
     else if (a == "--threads")
       threads = std::atoi(v.c_str());
+    else if (a == "--compiled-only")
+      compiledOnly = v != "0" && v != "false";
     else
       return false;
     return true;
@@ -89,7 +95,8 @@ static int run(int argc, char **argv) {
   if (bundlesDir.empty()) {
     std::fprintf(stderr,
                  "usage: cac-bench-cpu --stdlib DIR --bundles DIR [--methods "
-                 "a,b] [--shapes BxT,..] [--threads N] [--iters K]\n"
+                 "a,b] [--shapes BxT,..] [--threads N] [--iters K] "
+                 "[--compiled-only 1]\n"
                  "(bench/cpu/run.sh compiles the bundles and runs it)\n");
     return 2;
   }
@@ -178,17 +185,19 @@ static int run(int argc, char **argv) {
       // The eager outputs are made contiguous inside the timer: a seq value
       // broadcast to tokens is otherwise a lazy expand() view, and the
       // kernels write every token.
-      Timing eager = timeCalls(iters, [&] {
-        auto r = cac::runEagerPadded(*module, padded);
-        if (!r) {
-          std::fprintf(stderr, "%s: %s\n", name.c_str(),
-                       llvm::toString(r.takeError()).c_str());
-          std::exit(1);
-        }
-        eagerOut = std::move(*r);
-        for (cac::PaddedOutput &o : eagerOut)
-          o.values = o.values.contiguous();
-      });
+      Timing eager{};
+      if (!compiledOnly)
+        eager = timeCalls(iters, [&] {
+          auto r = cac::runEagerPadded(*module, padded);
+          if (!r) {
+            std::fprintf(stderr, "%s: %s\n", name.c_str(),
+                         llvm::toString(r.takeError()).c_str());
+            std::exit(1);
+          }
+          eagerOut = std::move(*r);
+          for (cac::PaddedOutput &o : eagerOut)
+            o.values = o.values.contiguous();
+        });
 
       RunOptions opts;
       opts.numThreads = threads;
@@ -199,7 +208,9 @@ static int run(int argc, char **argv) {
 
       // Agreement: every eager output against the compiled one.
       double maxDiff = 0.0;
-      for (const cac::OutputArray &o : cac::unpadOutputs(padded, eagerOut)) {
+      for (const cac::OutputArray &o :
+           compiledOnly ? std::vector<cac::OutputArray>{}
+                        : cac::unpadOutputs(padded, eagerOut)) {
         auto it = out.find(o.name);
         if (it == out.end())
           continue;
@@ -211,7 +222,7 @@ static int run(int argc, char **argv) {
       }
 
       std::string loopMs = "—", loopRatio = "—";
-      if (hasVerlLoop(name)) {
+      if (hasVerlLoop(name) && !compiledOnly) {
         at::Tensor loopAdv;
         Timing loop = timeCalls(
             iters, [&] { loopAdv = runVerlLoop(name, inputs, B, T); });
@@ -230,13 +241,21 @@ static int run(int argc, char **argv) {
 
       double bytes = ioBytes(m, N, B, G, G + B);
       double gbps = bytes / (compiledMs * 1e-3) / 1e9;
-      std::printf("| %s | %lld x %lld | %zu | %s | %s | %s | %.1fx | %s | "
-                  "%.1f | %.2f | %.0f%% | %.1e |\n",
+      std::string eagerMs = "—", eagerRatio = "—", diff = "—";
+      if (!compiledOnly) {
+        char buf[64];
+        eagerMs = timingCell(eager);
+        std::snprintf(buf, sizeof buf, "%.1fx", eager.median / compiledMs);
+        eagerRatio = buf;
+        std::snprintf(buf, sizeof buf, "%.1e", maxDiff);
+        diff = buf;
+      }
+      std::printf("| %s | %lld x %lld | %zu | %s | %s | %s | %s | %s | "
+                  "%.1f | %.2f | %.0f%% | %s |\n",
                   name.c_str(), (long long)B, (long long)T, m.kernels.size(),
-                  timingCell(eager).c_str(), loopMs.c_str(),
-                  timingCell(compiled).c_str(), eager.median / compiledMs,
-                  loopRatio.c_str(), bytes / double(N), gbps,
-                  100.0 * gbps * 1e9 / bw, maxDiff);
+                  eagerMs.c_str(), loopMs.c_str(), timingCell(compiled).c_str(),
+                  eagerRatio.c_str(), loopRatio.c_str(), bytes / double(N),
+                  gbps, 100.0 * gbps * 1e9 / bw, diff.c_str());
       std::fflush(stdout);
     }
   }

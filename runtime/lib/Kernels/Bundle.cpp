@@ -201,8 +201,14 @@ const CudaModule &Bundle::cuda() const {
 // BundleEstimator
 //===----------------------------------------------------------------------===//
 
+struct ScratchCache {
+  std::mutex mutex;
+  /// One per manifest buffer; defined for the scratch buffers a call made.
+  std::vector<at::Tensor> buffers;
+};
+
 BundleEstimator::BundleEstimator(std::shared_ptr<const Bundle> bundle)
-    : bundle_(std::move(bundle)) {
+    : bundle_(std::move(bundle)), scratch_(std::make_shared<ScratchCache>()) {
   if (!bundle_)
     throw BundleError("BundleEstimator: null bundle");
 }
@@ -303,16 +309,35 @@ at::Tensor inputBuffer(const BufferSpec &spec, const std::string &who,
 
 /// The buffers, in manifest order: the inputs, and fresh outputs and
 /// scratch.
+/// Scratch buffer `i` of `size` elements from `kept` (the estimator's
+/// buffers from earlier calls; a first or larger one allocated into it).
+at::Tensor keptScratch(std::vector<at::Tensor> &kept, size_t i, int64_t size,
+                       const at::TensorOptions &opts) {
+  at::Tensor &t = kept[i];
+  if (!t.defined() || t.numel() < size || t.dtype() != opts.dtype())
+    t = at::empty({std::max<int64_t>(size, 1)}, opts);
+  return t.narrow(0, 0, size);
+}
+
+/// The kernels' buffers: the inputs (converted where needed), outputs and
+/// scratch; scratch from `kept` when given (RunOptions::keepScratch).
 std::vector<at::Tensor> makeBuffers(const Manifest &m, const std::string &who,
                                     const TensorMap &inputs,
                                     const PackedBatch &b, at::Device dev,
-                                    const RunOptions &options) {
+                                    const RunOptions &options,
+                                    std::vector<at::Tensor> *kept) {
   std::vector<at::Tensor> buffers(m.buffers.size());
   for (size_t i = 0; i < m.buffers.size(); ++i) {
     const BufferSpec &spec = m.buffers[i];
     const int64_t size = domainSize(spec.domain, b);
     const at::TensorOptions opts =
         at::TensorOptions().dtype(scalarType(spec.dtype)).device(dev);
+    if (spec.role == BufferRole::Scratch && kept) {
+      buffers[i] = keptScratch(*kept, i, size, opts);
+      if (options.fillOutputs)
+        buffers[i].fill_(*options.fillOutputs);
+      continue;
+    }
     if (spec.role != BufferRole::Input) {
       // No zero fill: every kernel writes each element of the outputs it
       // owns, and scratch is read only where written (docs/bundle.md), so a
@@ -451,8 +476,18 @@ TensorMap BundleEstimator::run(const TensorMap &inputs,
                             "but the batch has none: call "
                             "PackedBatch::setTree");
 
+  // The kept scratch buffers, unless another call holds them.
+  std::unique_lock<std::mutex> keptLock;
+  std::vector<at::Tensor> *kept = nullptr;
+  if (!onCuda && options.keepScratch && !options.returnScratch) {
+    keptLock = std::unique_lock<std::mutex>(scratch_->mutex, std::try_to_lock);
+    if (keptLock.owns_lock()) {
+      scratch_->buffers.resize(m.buffers.size());
+      kept = &scratch_->buffers;
+    }
+  }
   std::vector<at::Tensor> buffers =
-      makeBuffers(m, who, inputs, b, dev, options);
+      makeBuffers(m, who, inputs, b, dev, options, kept);
   std::vector<double> paramValues = paramValuesOf(m, who, params);
   std::vector<Slot> slots(m.args.size());
   std::vector<void *> argv(m.args.size());
@@ -470,6 +505,22 @@ TensorMap BundleEstimator::run(const TensorMap &inputs,
       out.emplace(spec.name, buffers[i]);
   }
   return out;
+}
+
+void BundleEstimator::releaseScratch() const {
+  std::lock_guard<std::mutex> lock(scratch_->mutex);
+  scratch_->buffers.clear();
+}
+
+int64_t BundleEstimator::keptScratchBytes() const {
+  std::unique_lock<std::mutex> lock(scratch_->mutex, std::try_to_lock);
+  if (!lock.owns_lock())
+    return 0;
+  int64_t bytes = 0;
+  for (const at::Tensor &t : scratch_->buffers)
+    if (t.defined())
+      bytes += t.nbytes();
+  return bytes;
 }
 
 } // namespace cac::rt

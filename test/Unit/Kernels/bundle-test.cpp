@@ -7,6 +7,7 @@
 
 #include <cmath>
 #include <fstream>
+#include <thread>
 
 using namespace cac::rt;
 using namespace cac::rt::test;
@@ -179,6 +180,60 @@ TEST(Bundle, GroupMeanMatchesTorch) {
   out = est.run({{"reward", reward}}, batch, {{"scale", 1.0}}, keep);
   ASSERT_EQ(out.count("_mean"), 1u);
   EXPECT_TRUE(at::allclose(out["_mean"], mean, 1e-6, 1e-6));
+}
+
+/// adv = scale * (reward - group mean) on the CPU, for `ids` per sequence.
+at::Tensor groupMeanReference(const at::Tensor &reward, const PackedBatch &b) {
+  at::Tensor dense = b.seqGroup().to(at::kLong);
+  const int64_t groups = b.numGroups();
+  at::Tensor sums = at::zeros({groups}).index_add_(0, dense, reward);
+  at::Tensor counts =
+      at::zeros({groups}).index_add_(0, dense, at::ones_like(reward));
+  return reward - (sums / counts).index({dense});
+}
+
+TEST(Bundle, KeptScratchServesLaterCalls) {
+  TempBundle tb(gmeanManifest());
+  BundleEstimator est = BundleEstimator::load(tb.dir());
+  EXPECT_EQ(est.keptScratchBytes(), 0);
+  auto runOn = [&](int64_t seqs, int64_t groups, const RunOptions &o) {
+    PackedBatch b = PackedBatch::fromLengths(at::ones({seqs}, at::kLong));
+    b.setGroups(at::arange(seqs, at::kLong).remainder(groups));
+    at::Tensor reward = at::randn({seqs});
+    TensorMap out = est.run({{"reward", reward}}, b, {{"scale", 1.0}}, o);
+    EXPECT_TRUE(
+        at::allclose(out["adv"], groupMeanReference(reward, b), 1e-5, 1e-6))
+        << seqs << " sequences in " << groups << " groups";
+  };
+  RunOptions keep;
+  runOn(7, 3, keep); // the group means' scratch: 3 floats
+  EXPECT_EQ(est.keptScratchBytes(), 12);
+  runOn(40, 5, keep); // a larger batch replaces it
+  EXPECT_EQ(est.keptScratchBytes(), 20);
+  runOn(4, 1, keep); // a smaller one uses its front
+  EXPECT_EQ(est.keptScratchBytes(), 20);
+  keep.fillOutputs = std::nan("");
+  runOn(9, 4, keep); // filled like fresh scratch, then written
+  EXPECT_EQ(est.keptScratchBytes(), 20);
+
+  // Copies share the buffers; calls at once each get scratch of their own.
+  BundleEstimator copy = est;
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 50; ++i)
+        runOn(8 + t * 16 + i, 2 + t, {});
+    });
+  for (std::thread &t : threads)
+    t.join();
+  EXPECT_GE(copy.keptScratchBytes(), 20);
+
+  copy.releaseScratch();
+  EXPECT_EQ(est.keptScratchBytes(), 0);
+  RunOptions fresh;
+  fresh.keepScratch = false;
+  runOn(7, 3, fresh);
+  EXPECT_EQ(est.keptScratchBytes(), 0);
 }
 
 TEST(Bundle, OneGroupWithoutIds) {

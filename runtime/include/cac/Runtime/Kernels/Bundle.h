@@ -81,7 +81,18 @@ struct RunOptions {
   /// Ignore inputs and parameters the bundle does not declare instead of
   /// rejecting them (a trainer passing everything it has).
   bool allowExtra = false;
+  /// CPU: keep the scratch buffers (the intermediate arrays kernels pass
+  /// each other) for the next call instead of freeing them. Freed, the
+  /// allocator hands them back to the system, and each call pays a page
+  /// fault per 4 KiB of scratch when the kernels first write it. One call at
+  /// a time uses the kept buffers (a concurrent call of the same estimator
+  /// allocates its own); BundleEstimator::releaseScratch frees them. CUDA
+  /// scratch comes from LibTorch's caching allocator either way.
+  bool keepScratch = true;
 };
+
+/// The CPU scratch buffers a BundleEstimator keeps between calls.
+struct ScratchCache;
 
 /// Runs a bundle's kernels on LibTorch tensors.
 class BundleEstimator {
@@ -114,8 +125,15 @@ public:
                 const ParamMap &params = {},
                 const RunOptions &options = {}) const;
 
+  /// Frees the CPU scratch buffers kept from earlier calls
+  /// (RunOptions::keepScratch); copies of this estimator share them.
+  void releaseScratch() const;
+  /// Bytes of CPU scratch kept (0 while a call holds them).
+  int64_t keptScratchBytes() const;
+
 private:
   std::shared_ptr<const Bundle> bundle_;
+  std::shared_ptr<ScratchCache> scratch_;
 };
 
 /// The number of elements of a domain for a batch.
