@@ -1,15 +1,18 @@
 //===- BatchSelect.cpp - batch_top_k and uniform --------------------------===//
 //
 // batch_top_k(x, k) is two operations. cac.batch_kth runs in a batch kernel
-// (one unit; one block on the GPU, whose threads split the tokens of each
-// pass and add their counts with the block reduction): it finds the k-th
-// token of the descending order (descendingKey, ties by the lower token
-// index) by counting, the key bit by bit from the top (the k-th smallest
-// key), then the token index bit by bit among the tokens holding that key.
-// Each pass reads the batch's tokens once: 32 + 1 + 31 passes in f32,
-// 64 + 1 + 31 in f64. cac.batch_top_k then compares each token with that
-// one in the seq kernels. uniform(seed) hashes (seed, sequence, position)
-// with splitmix64's finalizer.
+// (one unit) and finds the k-th token of the descending order
+// (descendingKey, ties by the lower token index): the k-th smallest key,
+// then the token among those holding it. One thread (the CPU) selects by
+// 8-bit digits from the top: a pass over the batch's tokens counts, in
+// histograms, the digit of the keys that share the digits found so far,
+// and one last pass counts the ties in token order (4 + 1 passes in f32,
+// 8 + 1 in f64). A block (the GPU) counts bit by bit instead, its threads
+// splitting each pass and adding their counts with the block reduction:
+// the key's bits from the top, then the token index's (32 + 1 + 31 passes
+// in f32, 64 + 1 + 31 in f64). cac.batch_top_k then compares each token
+// with that one in the seq kernels. uniform(seed) hashes (seed, sequence,
+// position) with splitmix64's finalizer.
 //
 //===----------------------------------------------------------------------===//
 
@@ -40,6 +43,10 @@ Value GroupKernelEmitter::batchKth(BatchKthOp op) {
   Value kc = b.create<arith::MinimumFOp>(
       loc, b.create<math::FloorOp>(loc, kf), e.toFloat(n));
   kc = b.create<arith::SelectOp>(loc, some, kc, e.fconst(0.0));
+
+  if (!blockCombine)
+    return b.create<arith::SelectOp>(loc, some, e.toFloat(kthByDigits(x, kc)),
+                                     e.fconst(-1.0));
 
   // The number of tokens t where pred(key of x[t], t) holds, the same in
   // every thread of a block.
@@ -109,7 +116,68 @@ Value GroupKernelEmitter::batchKth(BatchKthOp op) {
   return b.create<arith::SelectOp>(loc, some, e.toFloat(at), e.fconst(-1.0));
 }
 
-Value SeqKernelEmitter::batchTopK(BatchTopKOp op, Value t) {
+Value GroupKernelEmitter::kthByDigits(Value x, Value kc) {
+  Location loc = e.loc;
+  IndexOps ix(e);
+  const unsigned bits = e.ft.getIntOrFloatBitWidth();
+  Type it = b.getIntegerType(bits), i64 = b.getI64Type();
+  Value n = e.args[kNumTokens];
+  auto key = [&](Value t) { return descendingKey(e, e.loadBuffer(x, t)); };
+  auto shiftedRight = [&](Value v, unsigned by) -> Value {
+    return b.create<arith::ShRUIOp>(
+        loc, v, b.create<arith::ConstantOp>(loc, b.getIntegerAttr(it, by)));
+  };
+  DigitHistograms hist(e);
+  // r: the rank (0-based, ascending keys) left among the keys that share
+  // the digits found so far (`prefix`).
+  Value r = b.create<arith::SubIOp>(
+      loc, b.create<arith::FPToSIOp>(loc, i64, kc), e.i64(1));
+  Value prefix = b.create<arith::ConstantOp>(loc, b.getIntegerAttr(it, 0));
+  for (const Digit &g : digitsOf(bits, 8)) {
+    hist.zero();
+    ix.each(e.i64(0), n, [&](Value t) {
+      Value k = key(t);
+      Value in = b.create<arith::ConstantOp>(loc, b.getI32IntegerAttr(1));
+      if (g.high < bits) {
+        unsigned above = g.shift + g.width;
+        Value same = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq,
+                                             shiftedRight(k, above),
+                                             shiftedRight(prefix, above));
+        in = b.create<arith::ExtUIOp>(loc, b.getI32Type(), same);
+      }
+      hist.bump(t, digitOf(e, k, g), in);
+    });
+    auto [digit, rest] = hist.find(r);
+    r = rest;
+    Value d = bits == 64
+                  ? digit
+                  : b.create<arith::TruncIOp>(loc, it, digit).getResult();
+    prefix = b.create<arith::OrIOp>(
+        loc, prefix,
+        b.create<arith::ShLIOp>(
+            loc, d,
+            b.create<arith::ConstantOp>(loc, b.getIntegerAttr(it, g.shift))));
+  }
+  // The token of the key's ties that has r of them before it.
+  SmallVector<Value> acc = ix.range(
+      e.i64(0), n, {e.i64(0), e.i64(0)},
+      [&](Value t, ValueRange a) -> SmallVector<Value> {
+        Value tie = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq,
+                                            key(t), prefix);
+        Value hit = b.create<arith::AndIOp>(
+            loc, tie,
+            b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, a[0], r));
+        return {b.create<arith::AddIOp>(
+                    loc, a[0], b.create<arith::ExtUIOp>(loc, i64, tie)),
+                b.create<arith::SelectOp>(loc, hit, t, a[1])};
+      });
+  return acc[1];
+}
+
+SeqKernelEmitter::BatchCut SeqKernelEmitter::batchCut(BatchTopKOp op) {
+  auto it = batchCuts.find(op);
+  if (it != batchCuts.end())
+    return it->second;
   Location loc = e.loc;
   Value x = op.getInput();
   assert(!inKernel(x) && "cac-partition stores a batch_top_k's operand");
@@ -118,13 +186,35 @@ Value SeqKernelEmitter::batchTopK(BatchTopKOp op, Value t) {
   Value some =
       b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::sge, kth, e.i64(0));
   Value at = b.create<arith::SelectOp>(loc, some, kth, e.i64(0));
-  Value mine = descendingKey(e, evalTok(x, t));
-  Value theirs = descendingKey(e, e.loadBuffer(x, at));
-  Value ahead = cmpU(b, loc, arith::CmpIPredicate::ult, mine, theirs);
+  // Read before the token loops: only where the sequence has tokens, as
+  // an empty batch's x has no token 0.
+  Type keyType = b.getIntegerType(e.ft.getIntOrFloatBitWidth());
+  Value any =
+      b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::sgt, len, e.i64(0));
+  auto ifOp =
+      b.create<scf::IfOp>(loc, TypeRange{keyType}, any, /*withElse=*/true);
+  {
+    OpBuilder::InsertionGuard g(b);
+    b.setInsertionPointToStart(ifOp.thenBlock());
+    b.create<scf::YieldOp>(loc, descendingKey(e, e.loadBuffer(x, at)));
+    b.setInsertionPointToStart(ifOp.elseBlock());
+    b.create<scf::YieldOp>(loc, ValueRange{b.create<arith::ConstantOp>(
+                                    loc, b.getIntegerAttr(keyType, 0))});
+  }
+  BatchCut c{some, kth, ifOp.getResult(0)};
+  batchCuts[op] = c;
+  return c;
+}
+
+Value SeqKernelEmitter::batchTopK(BatchTopKOp op, Value t) {
+  Location loc = e.loc;
+  BatchCut c = batchCut(op);
+  Value mine = descendingKey(e, evalTok(op.getInput(), t));
+  Value ahead = cmpU(b, loc, arith::CmpIPredicate::ult, mine, c.key);
   Value tie = b.create<arith::AndIOp>(
-      loc, cmpU(b, loc, arith::CmpIPredicate::eq, mine, theirs),
-      cmpU(b, loc, arith::CmpIPredicate::sle, t, kth));
-  return b.create<arith::AndIOp>(loc, some,
+      loc, cmpU(b, loc, arith::CmpIPredicate::eq, mine, c.key),
+      cmpU(b, loc, arith::CmpIPredicate::sle, t, c.kth));
+  return b.create<arith::AndIOp>(loc, c.some,
                                  b.create<arith::OrIOp>(loc, ahead, tie));
 }
 

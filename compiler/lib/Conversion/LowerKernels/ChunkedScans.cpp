@@ -54,7 +54,7 @@ void SeqKernelEmitter::chunkScratch(Loop &l) {
   size_t used = 0;
   auto array = [&]() {
     if (used == chunkPool.size())
-      chunkPool.push_back(entryScratch(e.ft, target.scanChunk()));
+      chunkPool.push_back(e.entryScratch(e.ft, target.scanChunk()));
     return chunkPool[used++];
   };
   auto computed = [&](Value v) {

@@ -2,9 +2,22 @@
 
 #include "Emitter.h"
 
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 
 namespace cac::lowering {
+
+Value Emitter::entryScratch(Type elem, int64_t count) {
+  Operation *fn = b.getInsertionBlock()->getParentOp();
+  while (!isa<func::FuncOp, gpu::GPUFuncOp>(fn))
+    fn = fn->getParentOp();
+  OpBuilder ab = OpBuilder::atBlockBegin(&fn->getRegion(0).front());
+  Value n = ab.create<arith::ConstantOp>(loc, ab.getI64IntegerAttr(count));
+  return ab.create<LLVM::AllocaOp>(
+      loc, LLVM::LLVMPointerType::get(b.getContext()), elem, n,
+      /*alignment=*/16);
+}
 
 Value Emitter::loadBuffer(Value v, Value idx) {
   Value x = load(args[abi.storage.lookup(v)], idx, ft);

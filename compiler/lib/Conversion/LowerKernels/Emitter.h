@@ -61,6 +61,10 @@ public:
     return b.create<arith::ConstantOp>(c.getLoc(), a);
   }
 
+  /// \p count elements of type \p elem in the kernel function's entry
+  /// block (an alloca in the unit loop would grow the stack per unit).
+  Value entryScratch(Type elem, int64_t count);
+
   /// A scalar value (parameters, literals and arithmetic on them), computed
   /// once, before `anchor`, so that any loop can use it.
   Value scalar(Value v);
@@ -90,6 +94,41 @@ bool isElementwise(Operation *op);
 /// of x's width: a larger x has a smaller unsigned key, -0.0 ties with 0.0,
 /// and every NaN comes before +inf (RankSort.cpp).
 Value descendingKey(Emitter &e, Value x);
+
+/// The digits of a most-significant-digit radix select, most significant
+/// first: `width` bits each, the last one narrower where `width` does not
+/// divide the key's bits.
+struct Digit {
+  unsigned high;  ///< bits above the digit (the prefix found so far)
+  unsigned shift; ///< the digit's lowest bit
+  unsigned width;
+};
+SmallVector<Digit> digitsOf(unsigned bits, unsigned width);
+/// Digit `g` of `key` (an integer of the float type's width) as an i64.
+Value digitOf(Emitter &e, Value key, const Digit &g);
+
+/// The counters of a radix select by one thread on 8-bit digits
+/// (TopKSelect.cpp, BatchSelect.cpp): kCopies histograms of kBins i32 on the
+/// stack, item i counting in histogram i mod kCopies, so that consecutive
+/// items of one digit add to different counters, not to one whose last
+/// store the next add waits for.
+class DigitHistograms {
+public:
+  static constexpr int64_t kBins = 256, kCopies = 4;
+  explicit DigitHistograms(Emitter &e)
+      : e(e), hist(e.entryScratch(e.b.getI32Type(), kBins * kCopies)) {}
+  /// Every counter 0.
+  void zero();
+  /// Adds `by` (an i32) to digit `digit`'s counter of item `i`'s copy.
+  void bump(Value i, Value digit, Value by);
+  /// The digit holding rank `r` (0-based, in the digits' order) of the
+  /// items counted, and r inside it (both i64).
+  std::pair<Value, Value> find(Value r);
+
+private:
+  Emitter &e;
+  Value hist;
+};
 
 /// Helpers shared by the rank sort and the tree kernels: indices stored as
 /// floats in scratch buffers, loops over ranges, conditionals.

@@ -71,6 +71,9 @@ private:
   Value seqAt(Value v, Value seq);
   /// The token index a batch_top_k selection ends at (BatchSelect.cpp).
   Value batchKth(BatchKthOp op);
+  /// The index of the token of rank kc - 1 (kc >= 1, a float) by one
+  /// thread's radix select on 8-bit digits.
+  Value kthByDigits(Value x, Value kc);
   Value eval(Value v);
 
   Emitter &e;

@@ -10,8 +10,6 @@
 
 #include "SeqKernel.h"
 
-#include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/Dialect/GPU/IR/GPUDialect.h"
 
 namespace cac::lowering {
 
@@ -49,19 +47,6 @@ Value descendingKey(Emitter &e, Value x) {
 
 /// The rank's sort key of x.
 Value SeqKernelEmitter::rankKey(Value x) { return descendingKey(e, x); }
-
-Value SeqKernelEmitter::entryScratch(Type elem, int64_t count) {
-  OpBuilder &b = e.b;
-  Location loc = e.loc;
-  Operation *fn = b.getInsertionBlock()->getParentOp();
-  while (!isa<func::FuncOp, gpu::GPUFuncOp>(fn))
-    fn = fn->getParentOp();
-  OpBuilder ab = OpBuilder::atBlockBegin(&fn->getRegion(0).front());
-  Value n = ab.create<arith::ConstantOp>(loc, ab.getI64IntegerAttr(count));
-  return ab.create<LLVM::AllocaOp>(
-      loc, LLVM::LLVMPointerType::get(b.getContext()), elem, n,
-      /*alignment=*/16);
-}
 
 /// The rank's sort as a block of threads runs it (the GPU's seq kernels,
 /// where one thread sorting alone leaves the block idle): the same stable
@@ -206,7 +191,7 @@ void SeqKernelEmitter::emitRankSort(RankOp rank) {
   };
   IndexOps ix(e);
   // The histograms: [passes x 256] i32.
-  Value hist = entryScratch(b.getI32Type(), int64_t(passes) * 256);
+  Value hist = e.entryScratch(b.getI32Type(), int64_t(passes) * 256);
   auto digit = [&](Value d, unsigned p) -> Value {
     Value sh = b.create<arith::ShRUIOp>(loc, d, iconst(it, 8 * p));
     Value byte = b.create<arith::AndIOp>(loc, sh, iconst(it, 255));

@@ -30,6 +30,7 @@ void SeqKernelEmitter::emitVersions(ArrayRef<Value> conds,
   if (conds.empty()) {
     // Values computed in another version's region do not dominate this one.
     outerMemo = outer;
+    batchCuts.clear();
     forgetTokens();
     emitBody();
     return;
@@ -125,6 +126,10 @@ void SeqKernelEmitter::prepareOuter(Value v, DenseSet<Value> &seen) {
   }
   if (isa<ReduceOp>(op))
     return;
+  if (auto k = dyn_cast<BatchTopKOp>(op)) {
+    batchCut(k);
+    return;
+  }
   if (auto sel = dyn_cast<SelectOp>(op))
     if (Value arm = fixedArm(sel, version))
       return prepareOuter(arm, seen);

@@ -205,9 +205,6 @@ private:
 
   // RankSort.cpp: ranks as radix sorts.
   Value rankKey(Value x);
-  /// \p count elements of type \p elem in the kernel function's entry
-  /// block (an alloca in the unit loop would grow the stack per unit).
-  Value entryScratch(Type elem, int64_t count);
   void emitRankSortBlock(RankOp rank);
   void emitRankSort(RankOp rank);
 
@@ -229,6 +226,10 @@ private:
   Value groupPosSum(GroupPosSumOp s, Value t);
 
   // BatchSelect.cpp: batch_top_k's flags and the uniform draw at a token.
+  struct BatchCut {
+    Value some, kth, key; ///< whether it selects, the k-th token, its key
+  };
+  BatchCut batchCut(BatchTopKOp op);
   Value batchTopK(BatchTopKOp op, Value t);
   Value uniform(UniformOp op, Value t);
 
@@ -272,6 +273,8 @@ private:
   /// Each selected rank's cut (TopKSelect.cpp): the key K and the last
   /// token whose key is K that top_k takes.
   DenseMap<Operation *, std::pair<Value, Value>> topKCuts;
+  /// Each batch_top_k's cut, computed before the loops that read it.
+  DenseMap<Operation *, BatchCut> batchCuts;
   /// The buffer of each selected rank's flags, where one thread stored them.
   DenseMap<Operation *, Value> topKFlags;
   /// The shifts of a nest that index from the index they are given

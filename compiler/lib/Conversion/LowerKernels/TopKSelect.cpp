@@ -17,8 +17,6 @@
 #include "SeqKernel.h"
 #include "cac/Conversion/BlockKernels.h"
 
-#include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 
 namespace cac::lowering {
@@ -59,16 +57,6 @@ Value topKBound(RankOp rank) {
   return kv;
 }
 
-namespace {
-
-/// The digits of the select, most significant first: `width` bits each,
-/// the last one narrower where `width` does not divide the key's bits.
-struct Digit {
-  unsigned high;  ///< bits above the digit (the prefix found so far)
-  unsigned shift; ///< the digit's lowest bit
-  unsigned width;
-};
-
 SmallVector<Digit> digitsOf(unsigned bits, unsigned width) {
   SmallVector<Digit> ds;
   for (unsigned hi = bits; hi > 0;) {
@@ -79,7 +67,61 @@ SmallVector<Digit> digitsOf(unsigned bits, unsigned width) {
   return ds;
 }
 
-} // namespace
+Value digitOf(Emitter &e, Value key, const Digit &g) {
+  OpBuilder &b = e.b;
+  Type it = key.getType();
+  auto iconst = [&](int64_t v) -> Value {
+    return b.create<arith::ConstantOp>(e.loc, b.getIntegerAttr(it, v));
+  };
+  Value sh = b.create<arith::ShRUIOp>(e.loc, key, iconst(g.shift));
+  Value v = b.create<arith::AndIOp>(e.loc, sh, iconst((1 << g.width) - 1));
+  return it.isInteger(64)
+             ? v
+             : b.create<arith::ExtUIOp>(e.loc, b.getI64Type(), v).getResult();
+}
+
+void DigitHistograms::zero() {
+  OpBuilder &b = e.b;
+  Value z = b.create<arith::ConstantOp>(e.loc, b.getI32IntegerAttr(0));
+  IndexOps(e).each(e.i64(0), e.i64(kBins * kCopies),
+                   [&](Value h) { e.store(z, hist, h); });
+}
+
+void DigitHistograms::bump(Value i, Value digit, Value by) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  Value copy = b.create<arith::AndIOp>(loc, i, e.i64(kCopies - 1));
+  Value slot = b.create<arith::AddIOp>(
+      loc, digit, b.create<arith::MulIOp>(loc, copy, e.i64(kBins)));
+  Value c = e.load(hist, slot, b.getI32Type());
+  e.store(b.create<arith::AddIOp>(loc, c, by), hist, slot);
+}
+
+std::pair<Value, Value> DigitHistograms::find(Value r) {
+  OpBuilder &b = e.b;
+  Location loc = e.loc;
+  Type i64 = b.getI64Type();
+  Value z = e.i64(0);
+  SmallVector<Value> acc = IndexOps(e).range(
+      z, e.i64(kBins), {z, z, z},
+      [&](Value h, ValueRange a) -> SmallVector<Value> {
+        Value cum = a[0];
+        for (int64_t k = 0; k < kCopies; ++k) {
+          Value slot = b.create<arith::AddIOp>(loc, h, e.i64(k * kBins));
+          cum = b.create<arith::AddIOp>(
+              loc, cum,
+              b.create<arith::ExtUIOp>(loc, i64,
+                                       e.load(hist, slot, b.getI32Type())));
+        }
+        Value passed =
+            b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::sle, cum, r);
+        Value digit = b.create<arith::AddIOp>(
+            loc, a[1], b.create<arith::ExtUIOp>(loc, i64, passed));
+        Value base = b.create<arith::SelectOp>(loc, passed, cum, a[2]);
+        return {cum, digit, base};
+      });
+  return {acc[1], b.create<arith::SubIOp>(loc, r, acc[2])};
+}
 
 /// m = #{r in 0..len-1 : r < k}: ceil(k) clamped to [0, len], 0 for NaN.
 Value SeqKernelEmitter::topKCount(Value kv) {
@@ -141,7 +183,6 @@ void SeqKernelEmitter::emitTopKCut(RankOp rank, Value m,
 void SeqKernelEmitter::emitTopKSelect(RankOp rank, Value kv) {
   Location loc = e.loc;
   const unsigned bits = e.ft.getIntOrFloatBitWidth();
-  constexpr int64_t kBins = 256, kCopies = 4;
   Type it = b.getIntegerType(bits);
   Type i32 = b.getI32Type(), i64 = b.getI64Type();
   Abi::RankScratch sc = abi.rankScratch.lookup(rank.getOperation());
@@ -151,45 +192,8 @@ void SeqKernelEmitter::emitTopKSelect(RankOp rank, Value kv) {
     return b.create<arith::ConstantOp>(loc, b.getIntegerAttr(t, v));
   };
   auto at = [&](Value i) { return b.create<arith::AddIOp>(loc, start, i); };
-  Value hist = entryScratch(b.getI32Type(), kBins * kCopies);
-  auto digitOf = [&](Value d, const Digit &g) -> Value {
-    Value sh = b.create<arith::ShRUIOp>(loc, d, iconst(it, g.shift));
-    Value v = b.create<arith::AndIOp>(loc, sh, iconst(it, (1 << g.width) - 1));
-    return bits == 64 ? v : b.create<arith::ExtUIOp>(loc, i64, v).getResult();
-  };
-  auto zero = [&] {
-    ix.each(e.i64(0), e.i64(kBins * kCopies),
-            [&](Value h) { e.store(iconst(i32, 0), hist, h); });
-  };
-  auto bump = [&](Value i, Value digit) {
-    Value copy = b.create<arith::AndIOp>(loc, i, e.i64(kCopies - 1));
-    Value slot = b.create<arith::AddIOp>(
-        loc, digit, b.create<arith::MulIOp>(loc, copy, e.i64(kBins)));
-    Value c = e.load(hist, slot, i32);
-    e.store(b.create<arith::AddIOp>(loc, c, iconst(i32, 1)), hist, slot);
-  };
-  // The digit holding rank r, and r inside it.
-  auto find = [&](Value r) -> std::pair<Value, Value> {
-    Value z = e.i64(0);
-    SmallVector<Value> acc = ix.range(
-        z, e.i64(kBins), {z, z, z},
-        [&](Value h, ValueRange a) -> SmallVector<Value> {
-          Value cum = a[0];
-          for (int64_t k = 0; k < kCopies; ++k) {
-            Value slot = b.create<arith::AddIOp>(loc, h, e.i64(k * kBins));
-            cum = b.create<arith::AddIOp>(
-                loc, cum,
-                b.create<arith::ExtUIOp>(loc, i64, e.load(hist, slot, i32)));
-          }
-          Value passed =
-              b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::sle, cum, r);
-          Value digit = b.create<arith::AddIOp>(
-              loc, a[1], b.create<arith::ExtUIOp>(loc, i64, passed));
-          Value base = b.create<arith::SelectOp>(loc, passed, cum, a[2]);
-          return {cum, digit, base};
-        });
-    return {acc[1], b.create<arith::SubIOp>(loc, r, acc[2])};
-  };
+  DigitHistograms hist(e);
+  Value one = iconst(i32, 1);
   // Keeps the candidates j < n whose digit g is `digit`, in order, with
   // their positions (from posAt); returns how many.
   auto keep = [&](Value n, const Digit &g, Value digit,
@@ -200,7 +204,7 @@ void SeqKernelEmitter::emitTopKSelect(RankOp rank, Value kv) {
                  Value d = e.load(candK, at(j), it);
                  Value p = posAt(j);
                  Value is = b.create<arith::CmpIOp>(
-                     loc, arith::CmpIPredicate::eq, digitOf(d, g), digit);
+                     loc, arith::CmpIPredicate::eq, digitOf(e, d, g), digit);
                  e.store(d, candK, at(a[0]));
                  e.store(p, candP, at(a[0]));
                  return {b.create<arith::AddIOp>(
@@ -211,22 +215,23 @@ void SeqKernelEmitter::emitTopKSelect(RankOp rank, Value kv) {
   Value m = topKCount(kv);
   emitTopKCut(rank, m, [&](Value r) -> std::pair<Value, Value> {
     SmallVector<Digit> ds = digitsOf(bits, 8);
-    zero();
+    hist.zero();
     ix.each(e.i64(0), len, [&](Value i) {
       Value d = rankKey(evalTok(rank.getInput(), at(i)));
       e.store(d, candK, at(i));
-      bump(i, digitOf(d, ds[0]));
+      hist.bump(i, digitOf(e, d, ds[0]), one);
     });
-    auto [digit, rest] = find(r);
+    auto [digit, rest] = hist.find(r);
     Value n = keep(len, ds[0], digit, [&](Value i) -> Value {
       return bits == 64 ? i : b.create<arith::TruncIOp>(loc, it, i).getResult();
     });
     auto posOfCand = [&](Value j) { return e.load(candP, at(j), it); };
     for (const Digit &g : ArrayRef(ds).drop_front()) {
-      zero();
-      ix.each(e.i64(0), n,
-              [&](Value j) { bump(j, digitOf(e.load(candK, at(j), it), g)); });
-      std::tie(digit, rest) = find(rest);
+      hist.zero();
+      ix.each(e.i64(0), n, [&](Value j) {
+        hist.bump(j, digitOf(e, e.load(candK, at(j), it), g), one);
+      });
+      std::tie(digit, rest) = hist.find(rest);
       n = keep(n, g, digit, posOfCand);
     }
     Value key = e.load(candK, start, it);
