@@ -1,8 +1,9 @@
 // cac-partition groups the operations of an estimator into one cac.kernel per
 // phase: even phases run per sequence (grid seq), odd phases per group. Inputs,
 // parameters and scalar arithmetic stay outside; values that later kernels read
-// are yielded; broadcasts of parameters, positions and lengths are recomputed
-// in each kernel instead of being yielded.
+// are yielded; broadcasts of parameters, positions and lengths, and a seq
+// kernel's elementwise maps of inputs, are recomputed in each kernel instead
+// of being yielded.
 //
 // RUN: cac-opt %s -split-input-file --pass-pipeline='builtin.module(cac.estimator(cac-partition))' | FileCheck %s
 
@@ -260,4 +261,39 @@ cac.estimator @topk {
   %f = cac.batch_kth %x, %k : !cac.field<token, f64>, !cac.field<scalar, f64> -> !cac.field<batch, f64>
   %p = cac.batch_top_k %x, %f : !cac.field<token, f64>, !cac.field<batch, f64> -> !cac.field<token, i1>
   cac.output "top" %p : !cac.field<token, i1>
+}
+
+// -----
+
+// Elementwise maps of inputs (and uniform's hash) that a later seq kernel
+// reads are computed again there, once per kernel before its first reader,
+// not yielded: the batch mean splits the two seq kernels, and only the sum
+// that reads the maps crosses from the first to the batch kernel.
+// CHECK-LABEL: cac.estimator @maps {
+// CHECK:         cac.kernel seq 0 {
+// CHECK:           cac.yield %{{.*}} : !cac.field<seq, f32>
+// CHECK-NEXT:    } : !cac.field<seq, f32>
+// CHECK:         cac.kernel batch 1 {
+// CHECK:         cac.kernel seq 2 {
+// CHECK-DAG:       %[[E:.*]] = cac.unary exp %{{.*}} : <token, f32>
+// CHECK-DAG:       %[[U:.*]] = cac.uniform %{{.*}} : <scalar, f32> -> <token, f32>
+// CHECK:           %[[EU:.*]] = cac.binary mul %[[E]], %[[U]] : <token, f32>
+// CHECK-NEXT:      cac.binary sub %[[EU]], %{{.*}} : <token, f32>
+// CHECK-NEXT:      cac.binary add %[[EU]], %[[E]] : <token, f32>
+// CHECK-NEXT:      cac.binary mul
+// CHECK-NEXT:      cac.output "y"
+// CHECK-NEXT:    }
+cac.estimator @maps {
+  %x = cac.input "x" : !cac.field<token, f32>
+  %seed = cac.param "seed" default 0.0 : !cac.field<scalar, f32>
+  %e = cac.unary exp %x : !cac.field<token, f32>
+  %u = cac.uniform %seed : !cac.field<scalar, f32> -> !cac.field<token, f32>
+  %eu = cac.binary mul %e, %u : !cac.field<token, f32>
+  %s = cac.reduce sum %eu : !cac.field<token, f32> -> !cac.field<seq, f32>
+  %m = cac.reduce mean %s : !cac.field<seq, f32> -> !cac.field<batch, f32>
+  %m_t = cac.broadcast %m : !cac.field<batch, f32> -> !cac.field<token, f32>
+  %d = cac.binary sub %eu, %m_t : !cac.field<token, f32>
+  %y = cac.binary add %eu, %e : !cac.field<token, f32>
+  %z = cac.binary mul %d, %y : !cac.field<token, f32>
+  cac.output "y" %z : !cac.field<token, f32>
 }

@@ -104,8 +104,11 @@ struct PartitionPass
     int64_t maxPhase = int64_t(grids.size()) - 1;
 
     // Cheap values made from top-level operands (broadcast parameters,
-    // positions, lengths, and broadcasts of those) are recomputed in each
-    // kernel that reads them rather than stored in a buffer between kernels.
+    // positions, lengths, and broadcasts of those; a sequence kernel's
+    // elementwise maps of inputs and such values, and uniform's hash) are
+    // recomputed in each kernel that reads them rather than stored in a
+    // buffer between kernels: a later kernel reads the inputs again instead
+    // of the earlier kernel writing the value and the later one reading it.
     SmallVector<Operation *> cheap;
     llvm::SmallPtrSet<Operation *, 16> isCheap;
     for (Operation &op : body) {
@@ -113,26 +116,39 @@ struct PartitionPass
         Operation *def = v.getDefiningOp();
         return !def || !phase.count(def) || isCheap.contains(def);
       });
+      bool map =
+          isa<BinaryOp, UnaryOp, CmpOp, SelectOp, CastOp, UniformOp>(op) &&
+          gridOf(domainOf(&op)) == Domain::Seq;
       if (phase.count(&op) && cheapOperands &&
-          isa<BroadcastOp, PositionOp, LengthOp>(op)) {
+          (map || isa<BroadcastOp, PositionOp, LengthOp>(op))) {
         cheap.push_back(&op);
         isCheap.insert(&op);
       }
     }
     // Users before their operands: the operands of a clone (a length under a
-    // broadcast) are cloned next to it in turn.
+    // broadcast) are cloned next to it in turn. One clone per kernel, before
+    // its first user there.
     for (Operation *op : llvm::reverse(cheap)) {
-      for (OpOperand &use : llvm::make_early_inc_range(op->getUses())) {
+      llvm::MapVector<int64_t, SmallVector<OpOperand *>> usesIn;
+      for (OpOperand &use : op->getUses()) {
         Operation *user = use.getOwner();
         int64_t up = phase.lookup(user);
         // An operation that reads other sequences reads the stored value.
         if (up == phase[op] || grids[up] != grids[phase[op]] ||
             readsOtherSeqs(user))
           continue;
-        OpBuilder cb(user);
+        usesIn[up].push_back(&use);
+      }
+      for (auto &[up, uses] : usesIn) {
+        Operation *first = uses.front()->getOwner();
+        for (OpOperand *use : uses)
+          if (use->getOwner()->isBeforeInBlock(first))
+            first = use->getOwner();
+        OpBuilder cb(first);
         Operation *copy = cb.clone(*op);
         phase[copy] = up;
-        use.set(copy->getResult(0));
+        for (OpOperand *use : uses)
+          use->set(copy->getResult(0));
       }
       if (op->use_empty()) {
         phase.erase(op);
