@@ -69,7 +69,7 @@ void cac::buildCpuPipeline(OpPassManager &pm) {
 void cac::buildCpuPipeline(OpPassManager &pm, const KernelOptions &options) {
   addKernelPipeline(pm, options);
   pm.addPass(createCacLowerKernels(lowerOptions("cpu", options)));
-  pm.addPass(createCacCpuExp());
+  pm.addPass(createCacCpuMath());
   addLlvmLowering(pm);
 }
 

@@ -1,4 +1,4 @@
-"""exp on the CPU in f32 (cac-cpu-exp) against the exact value: runs
+"""exp on the CPU in f32 (cac-cpu-math) against the exact value: runs
 `cac eval --dtype f32` of exp.cac on a sweep of x over [-110, 95] (every
 float region: overflow, normal results, subnormal results, underflow) and
 prints the largest error in ulps of the exact result rounded to f32 (for a

@@ -72,25 +72,33 @@ def CacLowerKernels : Pass<"cac-lower-kernels", "::mlir::ModuleOp"> {
   ];
 }
 
-def CacCpuExp : Pass<"cac-cpu-exp", "::mlir::ModuleOp"> {
-  let summary = "Expands f32 math.exp into arithmetic in the CPU's vector loops";
+def CacCpuMath : Pass<"cac-cpu-math", "::mlir::ModuleOp"> {
+  let summary = "Expands f32 math.exp and math.log into arithmetic in the CPU's vector loops";
   let description = [{
-    Replaces each f32 `math.exp` of a loop that LLVM vectorizes (an scf.for
-    whose carried values are all reductions: reassociable sums, min, max,
-    integer sums; or a vector exp) by its computation in arithmetic: x = n
-    ln2 + r with n = roundeven(x / ln2) and |r| <= ln2/2 (a two-part ln2, so
-    that n ln2 is exact), exp(r) by its degree-7 Taylor polynomial in
-    Estrin's order (truncation error below 1e-8 relative) and 2^n as two
-    exponents built in the float's bits (2^n1 2^n2 with n1 + n2 = n, so that
-    results between the largest float and the smallest subnormal need no
-    special case). Within 2 ulp of the exact value (NaN stays NaN, +inf and
-    x > 88.73 give +inf, -inf and x < -103.98 give 0). Such a loop then
-    holds no call: LLVM vectorizes it in the machine's widest vectors, with
-    nothing spilled around a libmvec call (8 floats, every vector register
-    clobbered). A loop that carries a scan runs token after token, bound by
-    the latency of its chains, and keeps libm's call, whose chain is
-    shorter; so does an exp outside loops, and every f64 exp.
-  }];
+    Replaces each f32 `math.exp` and `math.log` of a loop that LLVM
+    vectorizes (an scf.for whose carried values are all reductions:
+    reassociable sums, min, max, integer sums; or a vector operand) by its
+    computation in arithmetic. Such a loop then holds no call: LLVM
+    vectorizes it in the machine's widest vectors, with nothing spilled
+    around a libmvec call (8 floats, every vector register clobbered), and
+    without libmvec (a log) nothing is vectorized around a call per lane. A
+    loop that carries a scan runs token after token, bound by the latency
+    of its chains, and keeps libm's call, whose chain is shorter; so does a
+    call outside loops, and every f64 one.
+
+    exp(x): x = n ln2 + r with n = roundeven(x / ln2) and |r| <= ln2/2 (a
+    two-part ln2, so that n ln2 is exact), exp(r) by its degree-7 Taylor
+    polynomial in Estrin's order (truncation error below 1e-8 relative) and
+    2^n as two exponents built in the float's bits (2^n1 2^n2 with n1 + n2 =
+    n, so that results between the largest float and the smallest subnormal
+    need no special case). Within 2 ulp of the exact value (NaN stays NaN,
+    +inf and x > 88.73 give +inf, -inf and x < -103.98 give 0).
+
+    log(x): x = m 2^e with m in [sqrt(1/2), sqrt(2)) read from the float's
+    bits (a subnormal scaled by 2^23 first), log(m) = f - f^2/2 + f^3 p(f)
+    with f = m - 1 and p a degree-8 minimax polynomial, plus e ln2 in two
+    parts. Within 2 ulp of the exact value; log(0) = -inf, log(+inf) = +inf,
+    and NaN for x < 0 and NaN.}];
   let dependentDialects = [
     "::mlir::arith::ArithDialect",
     "::mlir::math::MathDialect",

@@ -1,7 +1,8 @@
-//===- CpuExp.cpp - The cac-cpu-exp pass ----------------------------------===//
+//===- CpuMath.cpp - The cac-cpu-math pass --------------------------------===//
 //
-// f32 `math.exp` in arithmetic, so that the CPU's vectorized loops hold no
-// call (Passes.td says why, where and how accurate). The steps, for x:
+// f32 `math.exp` and `math.log` in arithmetic, so that the CPU's vectorized
+// loops hold no call (Passes.td says why, where and how accurate). The exp's
+// steps, for x:
 //
 //   n = roundeven(x * log2(e)), x clamped to [-104, 89] first
 //   r = x - n * ln2_hi - n * ln2_lo          (two FMAs; n * ln2_hi is exact)
@@ -9,7 +10,15 @@
 //   exp(x) = p * 2^(n >> 1) * 2^(n - (n >> 1)), each power built as
 //            ((k + 127) << 23) in the bits of a float
 //
-// and NaN where x is NaN.
+// and NaN where x is NaN. The log's, for x:
+//
+//   x scaled by 2^23 where it is subnormal (its exponent taken back)
+//   m, e: the bits' mantissa as a float in [1/2, 1) and the exponent to
+//         match; m doubled (e - 1) below sqrt(1/2), so m in [0.707, 1.414)
+//   f = m - 1, log(1 + f) = f - f^2/2 + f^3 p(f)  (p: degree 8, Horner)
+//   log(x) = log(1 + f) + e ln2_lo + e ln2_hi  (ln2_hi = 0.693359375)
+//
+// then -inf at 0, +inf at +inf, NaN below 0 and at NaN.
 //
 //===----------------------------------------------------------------------===//
 
@@ -20,8 +29,11 @@
 #include "mlir/IR/TypeUtilities.h"
 #include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 
+#include <limits>
+#include <type_traits>
+
 namespace cac {
-#define GEN_PASS_DEF_CACCPUEXP
+#define GEN_PASS_DEF_CACCPUMATH
 #include "cac/Conversion/Passes.h.inc"
 } // namespace cac
 
@@ -29,16 +41,17 @@ using namespace mlir;
 
 namespace {
 
-/// Builds the expansion for one exp of type `type` (f32 or a vector of f32).
-class ExpBuilder {
+/// Builds the expansion of one exp or log of type `type` (f32 or a vector of
+/// f32).
+class MathBuilder {
 public:
-  ExpBuilder(PatternRewriter &b, Location loc, Type type)
+  MathBuilder(PatternRewriter &b, Location loc, Type type)
       : b(b), loc(loc), type(type) {
     auto vec = dyn_cast<VectorType>(type);
     intType = vec ? Type(vec.clone(b.getI32Type())) : Type(b.getI32Type());
   }
 
-  Value build(Value x) {
+  Value exp(Value x) {
     // Outside [-104, 89] the result is 0 or +inf already; the clamp keeps
     // n and the two exponents in range. A NaN passes both compares.
     Value lo = f(-104.0f), hi = f(89.0f);
@@ -70,6 +83,47 @@ public:
     Value y = b.create<arith::MulFOp>(loc, p, powerOf2(k1));
     y = b.create<arith::MulFOp>(loc, y, powerOf2(k2));
     return select(cmp(arith::CmpFPredicate::UNO, x, x), x, y);
+  }
+
+  Value log(Value x) {
+    Value tiny = cmp(arith::CmpFPredicate::OLT, x, f(0x1p-126f));
+    Value xs = select(tiny, b.create<arith::MulFOp>(loc, x, f(0x1p23f)), x);
+    Value bits = b.create<arith::BitcastOp>(loc, intType, xs);
+    // The exponent of m in [1/2, 1): the biased exponent less 126.
+    Value e = b.create<arith::SubIOp>(
+        loc,
+        b.create<arith::AndIOp>(loc, b.create<arith::ShRUIOp>(loc, bits, i(23)),
+                                i(0xff)),
+        select(tiny, i(126 + 23), i(126)));
+    Value m = b.create<arith::BitcastOp>(
+        loc, type,
+        b.create<arith::OrIOp>(
+            loc, b.create<arith::AndIOp>(loc, bits, i(0x007fffff)),
+            i(0x3f000000)));
+    Value low = cmp(arith::CmpFPredicate::OLT, m, f(0.707106781186547524f));
+    e = select(low, b.create<arith::SubIOp>(loc, e, i(1)), e);
+    // m + m is exact, and so is either subtraction (Sterbenz).
+    Value fm = b.create<arith::SubFOp>(
+        loc, select(low, b.create<arith::AddFOp>(loc, m, m), m), f(1.0f));
+    Value z = b.create<arith::MulFOp>(loc, fm, fm);
+    Value p = f(7.0376836292e-2f);
+    for (float c : {-1.1514610310e-1f, 1.1676998740e-1f, -1.2420140846e-1f,
+                    1.4249322787e-1f, -1.6668057665e-1f, 2.0000714765e-1f,
+                    -2.4999993993e-1f, 3.3333331174e-1f})
+      p = fma(p, fm, f(c));
+    Value y =
+        b.create<arith::MulFOp>(loc, b.create<arith::MulFOp>(loc, p, fm), z);
+    Value fe = b.create<arith::SIToFPOp>(loc, type, e);
+    y = fma(fe, f(-2.12194440e-4f), y);
+    y = fma(z, f(-0.5f), y);
+    Value r = b.create<arith::AddFOp>(loc, fm, y);
+    r = fma(fe, f(0.693359375f), r);
+    const float inf = std::numeric_limits<float>::infinity();
+    r = select(cmp(arith::CmpFPredicate::OEQ, x, f(inf)), f(inf), r);
+    r = select(cmp(arith::CmpFPredicate::OEQ, x, f(0.0f)), f(-inf), r);
+    r = select(cmp(arith::CmpFPredicate::OLT, x, f(0.0f)),
+               f(std::numeric_limits<float>::quiet_NaN()), r);
+    return select(cmp(arith::CmpFPredicate::UNO, x, x), x, r);
   }
 
 private:
@@ -139,23 +193,26 @@ static bool inVectorizableLoop(Operation *op) {
   return true;
 }
 
-struct ExpandF32Exp : OpRewritePattern<math::ExpOp> {
-  using OpRewritePattern::OpRewritePattern;
-  LogicalResult matchAndRewrite(math::ExpOp op,
-                                PatternRewriter &b) const override {
+/// An f32 exp or log in a vectorized loop (or of a vector), expanded.
+template <typename MathOp> struct ExpandF32 : OpRewritePattern<MathOp> {
+  using OpRewritePattern<MathOp>::OpRewritePattern;
+  LogicalResult matchAndRewrite(MathOp op, PatternRewriter &b) const override {
     Type type = op.getType();
     if (!getElementTypeOrSelf(type).isF32() ||
         (!isa<VectorType>(type) && !inVectorizableLoop(op)))
       return failure();
-    b.replaceOp(op, ExpBuilder(b, op.getLoc(), type).build(op.getOperand()));
+    MathBuilder mb(b, op.getLoc(), type);
+    b.replaceOp(op, std::is_same_v<MathOp, math::ExpOp>
+                        ? mb.exp(op.getOperand())
+                        : mb.log(op.getOperand()));
     return success();
   }
 };
 
-struct CacCpuExp : cac::impl::CacCpuExpBase<CacCpuExp> {
+struct CacCpuMath : cac::impl::CacCpuMathBase<CacCpuMath> {
   void runOnOperation() override {
     RewritePatternSet patterns(&getContext());
-    patterns.add<ExpandF32Exp>(&getContext());
+    patterns.add<ExpandF32<math::ExpOp>, ExpandF32<math::LogOp>>(&getContext());
     if (failed(
             applyPatternsAndFoldGreedily(getOperation(), std::move(patterns))))
       signalPassFailure();
