@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <functional>
 #include <mutex>
@@ -19,7 +20,10 @@ namespace {
 /// A fixed set of workers that help the calling thread run the chunks of one
 /// job at a time. It is never destroyed: idle workers block on a condition
 /// variable and die with the process, which avoids static-destruction order
-/// problems at exit.
+/// problems at exit. A worker that finished a job, and a caller waiting for
+/// the workers, first spin for up to kSpin on the job counter (a kernel's
+/// launch follows the last one's within microseconds; waking a blocked
+/// thread costs tens of them, per kernel of a multi-kernel estimator).
 class ThreadPool {
 public:
   explicit ThreadPool(int workers) {
@@ -48,10 +52,11 @@ public:
       next.store(0);
       seats = std::min<int>(helpers, static_cast<int>(threads.size()));
       accepting = true;
-      ++generation;
+      generationNow.store(++generation);
     }
     wake.notify_all();
     work();
+    spinUntil([this] { return activeNow.load() == 0; });
     std::unique_lock<std::mutex> lock(mutex);
     accepting = false;
     done.wait(lock, [this] { return active == 0; });
@@ -64,20 +69,35 @@ private:
       (*job)(c);
   }
 
+  /// Spins until `ready()` or kSpin has passed.
+  template <typename Ready> static void spinUntil(Ready ready) {
+    auto until = std::chrono::steady_clock::now() + kSpin;
+    for (int i = 0; !ready(); ++i) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+      if (i % 64 == 63 && std::chrono::steady_clock::now() > until)
+        return;
+    }
+  }
+
   void workerLoop() {
     uint64_t seen = 0;
-    std::unique_lock<std::mutex> lock(mutex);
     for (;;) {
+      spinUntil([&] { return generationNow.load() != seen; });
+      std::unique_lock<std::mutex> lock(mutex);
       wake.wait(lock, [&] { return generation != seen; });
       seen = generation;
       if (!accepting || seats == 0)
         continue;
       --seats;
       ++active;
+      activeNow.store(active);
       lock.unlock();
       work();
       lock.lock();
-      if (--active == 0)
+      activeNow.store(--active);
+      if (active == 0)
         done.notify_all();
     }
   }
@@ -91,6 +111,10 @@ private:
   int seats = 0, active = 0;
   bool accepting = false;
   uint64_t generation = 0;
+  /// `generation` and `active`, read without the mutex by spinning threads.
+  std::atomic<uint64_t> generationNow{0};
+  std::atomic<int> activeNow{0};
+  static constexpr std::chrono::microseconds kSpin{200};
 };
 
 ThreadPool &pool() {
