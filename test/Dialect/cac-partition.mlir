@@ -297,3 +297,31 @@ cac.estimator @maps {
   %z = cac.binary mul %d, %y : !cac.field<token, f32>
   cac.output "y" %z : !cac.field<token, f32>
 }
+
+// -----
+
+// A phase that none after its operands' fits is opened right after them,
+// not after every phase so far: the group count of an input comes first, and
+// the token output that reads it joins the seq kernel of the group_pos_sum,
+// which stores nothing for a third kernel. The broadcast of the group value
+// reads the stored group value where it is used.
+// CHECK-LABEL: cac.estimator @early_phase {
+// CHECK:         %[[G:.*]] = cac.kernel group 0 {
+// CHECK:           cac.reduce count
+// CHECK:         } : !cac.field<group, f32>
+// CHECK-NEXT:    cac.kernel seq 1 {
+// CHECK:           %[[S:.*]] = cac.group_pos_sum
+// CHECK:           %[[B:.*]] = cac.broadcast %[[G]] : <group, f32> -> <token, f32>
+// CHECK:           %[[Y:.*]] = cac.binary mul %[[S]], %[[B]]
+// CHECK:           cac.output "y" %[[Y]]
+// CHECK-NEXT:    }
+// CHECK-NEXT:  }
+cac.estimator @early_phase {
+  %x = cac.input "x" : !cac.field<token, f32>
+  %r = cac.input "r" : !cac.field<seq, f32>
+  %s = cac.group_pos_sum %x : !cac.field<token, f32>
+  %c = cac.reduce count %r : !cac.field<seq, f32> -> !cac.field<group, f32>
+  %c_t = cac.broadcast %c : !cac.field<group, f32> -> !cac.field<token, f32>
+  %y = cac.binary mul %s, %c_t : !cac.field<token, f32>
+  cac.output "y" %y : !cac.field<token, f32>
+}

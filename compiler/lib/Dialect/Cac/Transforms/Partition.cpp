@@ -2,8 +2,9 @@
 //
 // Each phase runs over one grid: per sequence (token, seg and seq values),
 // per group, per node, or once for the batch. An operation goes into the
-// earliest phase of its grid that comes after the phases of its operands.
-// Inputs, parameters and constants stay outside the kernels.
+// earliest phase of its grid that comes after the phases of its operands, or
+// into a new one right after them. Inputs, parameters and constants stay
+// outside the kernels.
 //
 //===----------------------------------------------------------------------===//
 
@@ -96,8 +97,18 @@ struct PartitionPass
           break;
         }
       if (want < 0) {
-        grids.push_back(g);
-        want = int64_t(grids.size()) - 1;
+        // A new phase right after its operands' (not after every phase so
+        // far): the ops that read it can then join the phases after it. The
+        // phases from there on move one later.
+        int64_t at = 0;
+        for (Value v : op.getOperands())
+          if (Operation *def = v.getDefiningOp(); def && phase.count(def))
+            at = std::max(at, phase[def] + 1);
+        for (auto &[o, p] : phase)
+          if (p >= at)
+            ++p;
+        grids.insert(grids.begin() + at, g);
+        want = at;
       }
       phase[&op] = want;
     }
@@ -112,9 +123,14 @@ struct PartitionPass
     SmallVector<Operation *> cheap;
     llvm::SmallPtrSet<Operation *, 16> isCheap;
     for (Operation &op : body) {
+      // A broadcast may also read a seq, group, batch or node value of an
+      // earlier kernel, which is stored anyway.
       bool cheapOperands = llvm::all_of(op.getOperands(), [&](Value v) {
         Operation *def = v.getDefiningOp();
-        return !def || !phase.count(def) || isCheap.contains(def);
+        return !def || !phase.count(def) || isCheap.contains(def) ||
+               (isa<BroadcastOp>(op) && phase.count(&op) &&
+                phase[def] < phase[&op] &&
+                cast<FieldType>(v.getType()).getDomain() != Domain::Token);
       });
       bool map =
           isa<BinaryOp, UnaryOp, CmpOp, SelectOp, CastOp, UniformOp>(op) &&
