@@ -66,17 +66,25 @@ Domain domainOf(Operation *op) {
 struct PartitionPass
     : public cac::ir::impl::CacPartitionBase<PartitionPass> {
   void runOnOperation() override {
-    EstimatorOp est = getOperation();
-    Block &body = est.getBodyBlock();
+    Block &body = getOperation().getBodyBlock();
     if (!body.getOps<KernelOp>().empty())
       return; // Already partitioned.
+    phase.clear();
+    grids.clear();
+    assignPhases(body);
+    cloneCheap(body);
+    buildKernels(body);
+  }
 
+  /// Each op's phase, and each phase's grid (of the estimator in hand).
+  llvm::DenseMap<Operation *, int64_t> phase;
+  SmallVector<Domain> grids;
+
+  void assignPhases(Block &body) {
     // Each phase is one kernel with one grid. An op joins the first phase
     // of its grid at or after its operands' (strictly after for a node op
     // that reads its operand at other nodes); a new phase is opened when
     // there is none.
-    llvm::DenseMap<Operation *, int64_t> phase;
-    SmallVector<Domain> grids;
     for (Operation &op : body) {
       if (isTopLevel(&op))
         continue;
@@ -112,8 +120,9 @@ struct PartitionPass
       }
       phase[&op] = want;
     }
-    int64_t maxPhase = int64_t(grids.size()) - 1;
+  }
 
+  void cloneCheap(Block &body) {
     // Cheap values made from top-level operands (broadcast parameters,
     // positions, lengths, and broadcasts of those; a sequence kernel's
     // elementwise maps of inputs and such values, and uniform's hash) are
@@ -171,7 +180,9 @@ struct PartitionPass
         op->erase();
       }
     }
+  }
 
+  void buildKernels(Block &body) {
     // Inputs, parameters and constants first, then the kernels in order.
     OpBuilder b(&getContext());
     SmallVector<Operation *> topLevel, rest;
@@ -181,7 +192,7 @@ struct PartitionPass
       op->moveBefore(&body, body.end());
 
     llvm::MapVector<int64_t, SmallVector<Operation *>> byPhase;
-    for (int64_t p = 0; p <= maxPhase; ++p)
+    for (int64_t p = 0; p < int64_t(grids.size()); ++p)
       byPhase[p];
     for (Operation *op : rest)
       byPhase[phase[op]].push_back(op);
