@@ -36,8 +36,9 @@ void SeqKernelEmitter::emitPosSumArrays(Loop &l, Value chunkEnd) {
   Value n = ix.sub(chunkEnd, chunkBase);
   Value lo = e.loadI32AsI64(kGroupOffsets, group);
   Value hi = e.loadI32AsI64(kGroupOffsets, ix.add(group, e.i64(1)));
-  for (auto [op, array] : posSumArrays) {
-    Value x = cast<GroupPosSumOp>(op).getInput();
+  for (auto &entry : posSumArrays) {
+    Value x = cast<GroupPosSumOp>(entry.first).getInput();
+    Value array = entry.second;
     ix.each(e.i64(0), n, [&](Value i) { e.store(e.fconst(0.0), array, i); });
     ix.each(lo, hi, [&](Value k) {
       Value j = e.loadI32AsI64(kGroupMembers, k);
