@@ -7,38 +7,19 @@ value's result.
 
   python3 exp-accuracy.py CAC EXP.CAC WORKDIR
 """
-import json
 import math
-import struct
-import subprocess
 import sys
 
+from f32sweep import evaluate, f32, ulp
+
 cac, source, work = sys.argv[1:4]
-
-
-def f32(v):
-    return struct.unpack("f", struct.pack("f", v))[0]
-
-
-def ulp(v):
-    """The spacing of f32 values at |v| (2^-149 below the normal range)."""
-    v = abs(v)
-    if v < 2.0 ** -126:
-        return 2.0 ** -149
-    return 2.0 ** (math.frexp(v)[1] - 24)
-
 
 # 40,000 points from -110 to 95 (f32 inputs), and the specials.
 xs = [f32(-110.0 + 205.0 * k / 39999) for k in range(40000)]
 specials = [0.0, -0.0, 1.0, -1.0, 1e-30, 88.72283, 88.72284, 89.0, -87.3,
             -103.97, -103.98, -104.0, 1e30, -1e30]
-rows = [xs[i:i + 4000] for i in range(0, len(xs), 4000)] + [specials]
-batch = f"{work}/exp-batch.json"
-with open(batch, "w") as out:
-    json.dump({"token": {"x": rows}}, out)
-proc = subprocess.run([cac, "eval", source, "--input", batch, "--dtype", "f32"],
-                      capture_output=True, text=True, check=True)
-ys = json.loads(proc.stdout)["token"]["y"]
+rows, out = evaluate(cac, source, f"{work}/exp-batch.json", xs, specials)
+ys = out["y"]
 
 worst, at = 0.0, None
 for row, yrow in zip(rows[:-1], ys[:-1]):

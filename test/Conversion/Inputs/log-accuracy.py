@@ -6,23 +6,12 @@ result.
 
   python3 log-accuracy.py CAC LOG.CAC WORKDIR
 """
-import json
 import math
-import struct
-import subprocess
 import sys
 
+from f32sweep import evaluate, f32, ulp
+
 cac, source, work = sys.argv[1:4]
-
-
-def f32(v):
-    return struct.unpack("f", struct.pack("f", v))[0]
-
-
-def ulp(v):
-    """The spacing of f32 values at |v| (v a normal result)."""
-    return 2.0 ** (math.frexp(abs(v))[1] - 24)
-
 
 # 160 points in each binade from 2^-149 to 2^128, 1,000 more from 0.5 to 2
 # (where log is near 0), and the specials.
@@ -30,13 +19,7 @@ xs = [f32(2.0 ** (-149 + k / 160)) for k in range(277 * 160)]
 xs += [f32(0.5 + 1.5 * k / 999) for k in range(1000)]
 specials = [1.0, 2.0, 0.5, 0.0, -0.0, -1.0, 1e-45, 3.4028234e38, 1e39,
             -1e39, 2.718281828]
-rows = [xs[i:i + 4000] for i in range(0, len(xs), 4000)] + [specials]
-batch = f"{work}/log-batch.json"
-with open(batch, "w") as out:
-    json.dump({"token": {"x": rows}}, out)
-proc = subprocess.run([cac, "eval", source, "--input", batch, "--dtype", "f32"],
-                      capture_output=True, text=True, check=True)
-out = json.loads(proc.stdout)["token"]
+rows, out = evaluate(cac, source, f"{work}/log-batch.json", xs, specials)
 ys, kinds = out["y"], out["kind"]
 
 worst, at = 0.0, None
