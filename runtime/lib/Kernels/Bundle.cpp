@@ -307,8 +307,6 @@ at::Tensor inputBuffer(const BufferSpec &spec, const std::string &who,
   return t.to(opts).contiguous();
 }
 
-/// The buffers, in manifest order: the inputs, and fresh outputs and
-/// scratch.
 /// Scratch buffer `i` of `size` elements from `kept` (the estimator's
 /// buffers from earlier calls; a first or larger one allocated into it).
 at::Tensor keptScratch(std::vector<at::Tensor> &kept, size_t i, int64_t size,
@@ -319,8 +317,9 @@ at::Tensor keptScratch(std::vector<at::Tensor> &kept, size_t i, int64_t size,
   return t.narrow(0, 0, size);
 }
 
-/// The kernels' buffers: the inputs (converted where needed), outputs and
-/// scratch; scratch from `kept` when given (RunOptions::keepScratch).
+/// The buffers, in manifest order: the inputs (converted where needed),
+/// fresh outputs, and scratch, from `kept` when given
+/// (RunOptions::keepScratch), else fresh.
 std::vector<at::Tensor> makeBuffers(const Manifest &m, const std::string &who,
                                     const TensorMap &inputs,
                                     const PackedBatch &b, at::Device dev,

@@ -140,9 +140,8 @@ Value GroupKernelEmitter::kthByDigits(Value x, Value kc) {
       Value in = b.create<arith::ConstantOp>(loc, b.getI32IntegerAttr(1));
       if (g.high < bits) {
         unsigned above = g.shift + g.width;
-        Value same = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq,
-                                             shiftedRight(k, above),
-                                             shiftedRight(prefix, above));
+        Value same = cmpU(b, loc, arith::CmpIPredicate::eq,
+                          shiftedRight(k, above), shiftedRight(prefix, above));
         in = b.create<arith::ExtUIOp>(loc, b.getI32Type(), same);
       }
       hist.bump(t, digitOf(e, k, g), in);
@@ -162,8 +161,7 @@ Value GroupKernelEmitter::kthByDigits(Value x, Value kc) {
   SmallVector<Value> acc = ix.range(
       e.i64(0), n, {e.i64(0), e.i64(0)},
       [&](Value t, ValueRange a) -> SmallVector<Value> {
-        Value tie = b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq,
-                                            key(t), prefix);
+        Value tie = cmpU(b, loc, arith::CmpIPredicate::eq, key(t), prefix);
         Value hit = b.create<arith::AndIOp>(
             loc, tie,
             b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, a[0], r));
