@@ -1,7 +1,8 @@
 """A batch whose sequences end around the CPU's chunks of 256 tokens.
 
 chunk-batch.py make FILE: writes a `cac eval` batch (token value and x, logp,
-logp_behavior, sum_pi2; seq reward, group: groups of 3, 4 and 3 members)
+logp_behavior, sum_pi2, entropy (two decimals: ties); seq reward, group:
+groups of 3, 4 and 3 members)
 with sequences of 1, 2, 255, 256, 257, 258, 263, 512, 513 and 777 tokens.
 chunk-batch.py close A B TOL: exits 1 when two `cac eval` outputs differ by
 more than TOL anywhere (or in shape), naming the first difference.
@@ -22,10 +23,12 @@ def make(path):
                 for row in logp]
     sum_pi2 = [[0.5 + 0.4 * math.sin(0.11 * t * (s + 1)) for t in range(n)]
                for s, n in enumerate(LENGTHS)]
+    entropy = [[round(abs(math.sin(0.53 * t + 2 * s)), 2) for t in range(n)]
+               for s, n in enumerate(LENGTHS)]
     reward = [float(s % 3) - 1.0 for s in range(len(LENGTHS))]
     group = [0, 0, 0, 1, 1, 1, 1, 2, 2, 2]
     token = {"value": value, "x": value, "logp": logp,
-             "logp_behavior": behavior, "sum_pi2": sum_pi2}
+             "logp_behavior": behavior, "sum_pi2": sum_pi2, "entropy": entropy}
     with open(path, "w") as f:
         json.dump({"token": token, "seq": {"reward": reward, "group": group}},
                   f)

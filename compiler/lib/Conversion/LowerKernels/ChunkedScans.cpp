@@ -2,16 +2,20 @@
 //
 // On the CPU a scan's carried FMA leaves the rest of its loop's work (the
 // scan's input at each token: GAE's delta, SAE's decay; the stores and sums
-// that read the scan) in scalar code, one token after another. A loop whose
-// scans read no scan of their own loop takes chunks of scanChunk() tokens
-// instead, each walked three times:
-//   the scans' inputs and decays at the chunk's tokens, into arrays of the
-//     function's stack (no carried value: LLVM vectorizes the loop);
-//   the scans, eight tokens an iteration (four where a decay varies by
-//     token) with SerialLoop.cpp's partials, reading those arrays: the
+// that read the scan) in scalar code, one token after another. A loop of
+// scans takes chunks of scanChunk() tokens instead. Its scans are put in
+// levels (a scan whose input or decay reads no scan of the loop is at level
+// 0; one that reads scans of the loop, one above the highest of them), and
+// each chunk is walked twice per level, then once more:
+//   the level's scans' inputs and decays at the chunk's tokens, into arrays
+//     of the function's stack (no carried value: LLVM vectorizes the loop),
+//     reading the lower levels' scans from their buffers or arrays;
+//   the level's scans, eight tokens an iteration (four where a decay varies
+//     by token) with SerialLoop.cpp's partials, reading those arrays: the
 //     FMAs of the carry, a load and a store;
-//   the stores and reductions, reading the scans' values from their buffers
-//     (or from an array, for a scan no buffer holds): vectorized again.
+//   after the last level, the stores and reductions, reading the scans'
+//     values from their buffers (or from an array, for a scan no buffer
+//     holds): vectorized again.
 // The chunk's arrays stay in L1, so the extra walks cost loads and stores
 // there, not memory traffic.
 //
@@ -23,26 +27,38 @@ namespace cac::lowering {
 
 /// Whether loop `l` takes chunks: a one-thread loop of float scans, or one
 /// that reads group_pos_sums (ChunkedGroupSums.cpp), on a target that
-/// chunks them, where no scan's input or decay reads a scan of the loop
-/// (each scan's inputs are known before the scans run). A loop with integer
-/// scans or counters (both its copies) is walked once.
+/// chunks them. A loop with integer scans or counters (both its copies) is
+/// walked once.
 bool SeqKernelEmitter::takesChunks(const Loop &l) {
   if (threads || target.scanChunk() <= 0 || intMode || !counters.empty() ||
-      !replayed.empty() || hasIntScans(l) || !modCounters(l).empty())
+      !replayed.empty() || countsInts(l) || !modCounters(l).empty())
     return false;
-  SmallVector<Value> scans;
-  DenseSet<Value> inputs;
+  return llvm::any_of(l.items,
+                      [](const Item &it) { return it.kind == Item::Scan; }) ||
+         !posSumsOf(l).empty();
+}
+
+/// Each scan's level in loop `l` (0 where its input and decay read no scan
+/// of the loop, else one above the highest level they read), into its
+/// chunk arrays; returns the number of levels.
+unsigned SeqKernelEmitter::scanLevels(const Loop &l) {
+  unsigned levels = 0;
   for (const Item &it : l.items) {
     if (it.kind != Item::Scan)
       continue;
     auto scan = cast<ScanOp>(it.op);
-    scans.push_back(scan.getResult());
-    reachedFrom(scan.getInput(), inputs);
-    reachedFrom(scan.getDecay(), inputs);
+    DenseSet<Value> reached;
+    reachedFrom(scan.getInput(), reached);
+    reachedFrom(scan.getDecay(), reached);
+    unsigned level = 0;
+    for (Value v : reached)
+      if (auto below = chunkArrays.find(v.getDefiningOp());
+          below != chunkArrays.end() && below->first != it.op)
+        level = std::max(level, below->second.level + 1);
+    chunkArrays[it.op].level = level;
+    levels = std::max(levels, level + 1);
   }
-  if (llvm::any_of(scans, [&](Value y) { return inputs.count(y); }))
-    return false;
-  return !scans.empty() || !posSumsOf(l).empty();
+  return levels;
 }
 
 /// The arrays of `l`'s scans: an input or decay that is computed at each
@@ -87,6 +103,7 @@ SmallVector<Value> SeqKernelEmitter::emitChunkedLoop(Loop &l, Value lo,
                                                      ArrayRef<Value> carried,
                                                      bool backInRange) {
   chunkScratch(l);
+  unsigned levels = scanLevels(l);
   const int64_t n = target.scanChunk();
   auto chunks =
       b.create<scf::ForOp>(e.loc, lo, hi, e.i64(n), ValueRange(carried));
@@ -107,8 +124,8 @@ SmallVector<Value> SeqKernelEmitter::emitChunkedLoop(Loop &l, Value lo,
     b.create<scf::YieldOp>(e.loc, out);
     return finishChunks(chunks);
   }
-  SmallVector<Value> scanInits, reduceInits;
-  bool inputs = false, after = false;
+  SmallVector<Value> scanned, reduceInits;
+  bool after = false;
   for (auto [it, v] :
        llvm::zip(llvm::make_filter_range(l.items,
                                          [](const Item &it) {
@@ -116,36 +133,11 @@ SmallVector<Value> SeqKernelEmitter::emitChunkedLoop(Loop &l, Value lo,
                                                   it.kind == Item::Reduce;
                                          }),
                  chunks.getRegionIterArgs()))
-    (it.kind == Item::Scan ? scanInits : reduceInits).push_back(v);
-  for (const Item &it : l.items) {
-    if (it.kind == Item::Scan) {
-      const ChunkArrays &a = chunkArrays[it.op];
-      inputs = inputs || a.input || a.decay;
-    }
+    (it.kind == Item::Scan ? scanned : reduceInits).push_back(v);
+  for (const Item &it : l.items)
     after = after || it.kind == Item::Reduce || it.kind == Item::Store;
-  }
-  if (inputs) {
-    phase = Phase::Inputs;
-    emitTokenLoop(l, chunkBase, chunkEnd, 1, {}, backInRange);
-  }
-  phase = Phase::Scans;
-  // Eight tokens an iteration where every decay is the same at every token;
-  // four where one varies (a product of decays more per token: measured
-  // 1.1x faster for SAE).
-  int64_t step =
-      llvm::all_of(l.items,
-                   [&](const Item &it) {
-                     return it.kind != Item::Scan ||
-                            isTokenInvariant(cast<ScanOp>(it.op).getDecay());
-                   })
-          ? kChunkUnroll
-          : kUnroll;
-  Value left = b.create<arith::RemSIOp>(
-      e.loc, b.create<arith::SubIOp>(e.loc, chunkEnd, chunkBase), e.i64(step));
-  Value whole = b.create<arith::SubIOp>(e.loc, chunkEnd, left);
-  SmallVector<Value> scanned =
-      emitTokenLoop(l, chunkBase, whole, step, scanInits, backInRange);
-  scanned = emitTokenLoop(l, whole, chunkEnd, 1, scanned, backInRange);
+  for (chunkLevel = 0; chunkLevel < levels; ++chunkLevel)
+    emitChunkLevel(l, chunkEnd, scanned, backInRange);
   SmallVector<Value> reduced = reduceInits;
   if (after) {
     phase = Phase::After;
@@ -164,6 +156,48 @@ SmallVector<Value> SeqKernelEmitter::emitChunkedLoop(Loop &l, Value lo,
   return finishChunks(chunks);
 }
 
+/// The chunk's walks of the scans at level `chunkLevel`: their inputs, then
+/// the scans; `scanned` holds every scan's carry, in the items' order, and
+/// gets this level's after the chunk.
+void SeqKernelEmitter::emitChunkLevel(Loop &l, Value chunkEnd,
+                                      SmallVectorImpl<Value> &scanned,
+                                      bool backInRange) {
+  SmallVector<Value> inits;
+  SmallVector<unsigned> slots;
+  bool inputs = false;
+  // Eight tokens an iteration where every decay is the same at every token;
+  // four where one varies (a product of decays more per token: measured
+  // 1.1x faster for SAE).
+  int64_t step = kChunkUnroll;
+  unsigned slot = 0;
+  for (const Item &it : l.items) {
+    if (it.kind != Item::Scan)
+      continue;
+    const ChunkArrays &a = chunkArrays[it.op];
+    if (a.level == chunkLevel) {
+      inputs = inputs || a.input || a.decay;
+      if (!isTokenInvariant(cast<ScanOp>(it.op).getDecay()))
+        step = kUnroll;
+      inits.push_back(scanned[slot]);
+      slots.push_back(slot);
+    }
+    ++slot;
+  }
+  if (inputs) {
+    phase = Phase::Inputs;
+    emitTokenLoop(l, chunkBase, chunkEnd, 1, {}, backInRange);
+  }
+  phase = Phase::Scans;
+  Value left = b.create<arith::RemSIOp>(
+      e.loc, b.create<arith::SubIOp>(e.loc, chunkEnd, chunkBase), e.i64(step));
+  Value whole = b.create<arith::SubIOp>(e.loc, chunkEnd, left);
+  SmallVector<Value> out =
+      emitTokenLoop(l, chunkBase, whole, step, inits, backInRange);
+  out = emitTokenLoop(l, whole, chunkEnd, 1, out, backInRange);
+  for (auto [k, v] : llvm::zip(slots, out))
+    scanned[k] = v;
+}
+
 /// The chunked loop's results, after its body.
 SmallVector<Value> SeqKernelEmitter::finishChunks(scf::ForOp chunks) {
   chunkArrays.clear();
@@ -173,10 +207,11 @@ SmallVector<Value> SeqKernelEmitter::finishChunks(scf::ForOp chunks) {
                             chunks.getResults().end());
 }
 
-/// In a chunk's walk, before its items: the group_pos_sums, the scans'
-/// inputs and decays (in the walk of the scans) or the values of the scans
-/// without a buffer (in the walk after them) at the iteration's tokens `ts`
-/// (at offsets `at` in the chunk), loaded from their arrays.
+/// In a chunk's walk, before its items: the group_pos_sums, the level's
+/// scans' inputs and decays (in the walk of its scans) and the values of
+/// the lower levels' scans without a buffer (every level's, in the walk
+/// after them) at the iteration's tokens `ts` (at offsets `at` in the
+/// chunk), loaded from their arrays.
 void SeqKernelEmitter::memoizeChunk(Loop &l, ArrayRef<Value> ts,
                                     ArrayRef<Value> at) {
   SmallVector<std::pair<Value, Value>> loads; // (array, value)
@@ -187,12 +222,12 @@ void SeqKernelEmitter::memoizeChunk(Loop &l, ArrayRef<Value> ts,
       continue;
     auto scan = cast<ScanOp>(it.op);
     const ChunkArrays &a = chunkArrays[it.op];
-    if (phase == Phase::Scans) {
+    if (phase == Phase::Scans && a.level == chunkLevel) {
       loads.push_back({a.input, scan.getInput()});
       loads.push_back({a.decay, scan.getDecay()});
-    } else if (phase == Phase::After) {
-      loads.push_back({a.value, scan.getResult()});
     }
+    if (phase == Phase::After || a.level < chunkLevel)
+      loads.push_back({a.value, scan.getResult()});
   }
   for (auto [array, v] : loads)
     if (array)

@@ -77,13 +77,18 @@ bool SeqKernelEmitter::isIntSum(const Item &it) {
          isBitValued(red.getOperand());
 }
 
-/// Whether loop `l` holds an integer scan. Its integer copy then takes its
-/// sums of 0/1 values as integers too; a loop without a scan keeps them in
-/// floats, which LLVM vectorizes as they are (an objective's loss).
-bool SeqKernelEmitter::hasIntScans(const Loop &l) {
-  return llvm::any_of(l.items, [&](const Item &it) {
-    return it.kind == Item::Scan && isIntScan(it.op);
-  });
+/// Whether loop `l` counts as integers: it holds an integer scan, and on a
+/// target that takes loops of scans in chunks (ChunkedScans.cpp) no scan of
+/// other values (a loop with one, SAPO's loss's forward loop, takes chunks
+/// in floats). Its integer copy then takes its sums of 0/1 values as
+/// integers too; a loop without a scan keeps them in floats, which LLVM
+/// vectorizes as they are (an objective's loss).
+bool SeqKernelEmitter::countsInts(const Loop &l) {
+  bool ints = false, floats = false;
+  for (const Item &it : l.items)
+    if (it.kind == Item::Scan)
+      (isIntScan(it.op) ? ints : floats) = true;
+  return ints && !(floats && !threads && target.scanChunk() > 0);
 }
 
 /// Collects the scans and ranks that evaluating `v` at a token reads, at
@@ -137,7 +142,9 @@ SmallVector<Operation *> SeqKernelEmitter::replaysOf(size_t index) {
         scanReads(o, 0, reads, seen);
   }
   llvm::SetVector<Operation *> cands;
-  for (size_t k = 0; k < index; ++k)
+  for (size_t k = 0; k < index; ++k) {
+    if (!countsInts(loops[k]))
+      continue;
     for (const Item &it : loops[k].items)
       if (it.kind == Item::Scan && isIntScan(it.op) &&
           cast<ScanOp>(it.op).getReverse() == l.reverse) {
@@ -145,6 +152,7 @@ SmallVector<Operation *> SeqKernelEmitter::replaysOf(size_t index) {
         if (r != reads.end() && r->second.size() == 1 && r->second.count(0))
           cands.insert(it.op);
       }
+  }
   // What each candidate's count reads must be replayed too.
   for (bool changed = true; changed;) {
     changed = false;

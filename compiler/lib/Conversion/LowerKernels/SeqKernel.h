@@ -87,14 +87,17 @@ private:
                      std::optional<unsigned> buffer);
   Value emitReduceStep(const Item &it, ArrayRef<Value> ts, Value acc);
 
-  // ChunkedScans.cpp: a one-thread loop of scans in chunks, with the scans'
-  // inputs computed by a loop of their own and the stores and sums that
-  // read the scans by another (loops without a carried value, which LLVM
-  // vectorizes), around the scans' own loop.
+  // ChunkedScans.cpp: a one-thread loop of scans in chunks, with each
+  // level's scans' inputs computed by a loop of their own and the stores
+  // and sums that read the scans by another (loops without a carried value,
+  // which LLVM vectorizes), around the scans' own loops.
   static constexpr int64_t kChunkUnroll = 8;
   bool takesChunks(const Loop &l);
+  unsigned scanLevels(const Loop &l);
   SmallVector<Value> emitChunkedLoop(Loop &l, Value lo, Value hi,
                                      ArrayRef<Value> carried, bool backInRange);
+  void emitChunkLevel(Loop &l, Value chunkEnd, SmallVectorImpl<Value> &scanned,
+                      bool backInRange);
   void chunkScratch(Loop &l);
   SmallVector<Value> finishChunks(scf::ForOp chunks);
   void memoizeChunk(Loop &l, ArrayRef<Value> ts, ArrayRef<Value> at);
@@ -128,7 +131,7 @@ private:
   Value bitTok(Value v, Value t);
   bool isIntScan(Operation *op);
   bool isIntSum(const Item &it);
-  bool hasIntScans(const Loop &l);
+  bool countsInts(const Loop &l);
   using ScanReads = DenseMap<Operation *, llvm::SmallSet<int64_t, 2>>;
   bool scanReads(Value v, int64_t off, ScanReads &reads,
                  DenseSet<std::pair<Value, int64_t>> &seen);
@@ -333,8 +336,11 @@ private:
   Value chunkBase;
   struct ChunkArrays {
     Value input, decay, value;
+    unsigned level = 0; ///< the scan's level (ChunkedScans.cpp)
   };
   DenseMap<Operation *, ChunkArrays> chunkArrays;
+  /// The level whose scans a chunk's walk of inputs or scans takes.
+  unsigned chunkLevel = 0;
   /// In a chunked loop: the array of each group_pos_sum its items read.
   llvm::MapVector<Operation *, Value> posSumArrays;
   /// The arrays in the kernel function's entry block (one emitter builds

@@ -90,7 +90,7 @@ void SeqKernelEmitter::emitLoop(size_t index) {
       carried.push_back(reduceInit(cast<ReduceOp>(it.op)));
   }
   SmallVector<ModCounter> found = modCounters(l);
-  bool ints = !replayed.empty() || hasIntScans(l);
+  bool ints = !replayed.empty() || countsInts(l);
   if (found.empty() && !ints) {
     carried = emitLoopTokens(l, carried);
   } else {
@@ -327,6 +327,10 @@ void SeqKernelEmitter::emitTokenItems(Loop &l, ArrayRef<Value> ts,
   for (Item &it : l.items) {
     switch (it.kind) {
     case Item::Scan:
+      // A chunk's walks of inputs and scans take one level's scans.
+      if ((phase == Phase::Inputs || phase == Phase::Scans) &&
+          chunkArrays[it.op].level != chunkLevel)
+        break;
       if (phase == Phase::Inputs)
         storeScanInputs(it, ts, at);
       if (!scans)

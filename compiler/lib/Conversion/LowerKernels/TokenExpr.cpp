@@ -236,21 +236,25 @@ Value SeqKernelEmitter::shiftTok(ShiftOp s, Value t) {
     // the token before the iteration.
     Value t2 = it->second ? it->second
                           : b.create<arith::AddIOp>(e.loc, t, e.i64(offset));
+    shiftedFrom.try_emplace(t2, ShiftedIndex{t, offset, 1});
     return evalTok(s.getOperand(), t2);
   }
   ShiftedIndex at{t, offset, 1};
   if (auto it = shiftedFrom.find(t); it != shiftedFrom.end())
     at = {it->second.base, it->second.offset + offset, it->second.depth + 1};
+  // The result matters only where every enclosing shift was in range, so
+  // that `t` is its base plus its offset, inside the sequence (elsewhere an
+  // enclosing shift takes its fill): a nest back at its base (`next` of
+  // `prev`, the segment ends' shift of the segment starts) reads the base
+  // with no bounds check, which also keeps the index affine for LLVM's
+  // vectorizer.
+  if (at.depth > 1 && at.offset == 0)
+    return evalTok(s.getOperand(), at.base);
   Value in, tc;
   if (at.depth <= kPathShifts) {
     std::tie(in, tc) = shiftIndexFrom(t, offset);
     shiftedFrom[tc] = at;
   } else {
-    // The result matters only where every enclosing shift was in range,
-    // so that `t` is its base plus its offset, inside the sequence
-    // (elsewhere an enclosing shift takes its fill).
-    if (at.offset == 0)
-      return evalTok(s.getOperand(), at.base);
     auto [it, isNew] = nestedIndex.try_emplace({at.base, at.offset});
     if (isNew) {
       it->second = shiftIndexFrom(at.base, at.offset);
