@@ -3,7 +3,8 @@
 // parameters and scalar arithmetic stay outside; values that later kernels read
 // are yielded; broadcasts of parameters, positions and lengths, and a seq
 // kernel's elementwise maps of inputs, are recomputed in each kernel instead
-// of being yielded.
+// of being yielded; a group_pos_sum's operand that maps one stored value is
+// computed at the group's members by the kernel of the sum.
 //
 // RUN: cac-opt %s -split-input-file --pass-pipeline='builtin.module(cac.estimator(cac-partition))' | FileCheck %s
 
@@ -207,18 +208,20 @@ cac.estimator @tree_phases {
 // -----
 
 // group_rank and group_pos_sum read their operand at other sequences: an
-// operand computed per sequence is stored by the kernel before theirs, and a
-// cheap length or broadcast is not recomputed in their kernel but stored too.
+// operand computed per sequence is stored by the kernel before theirs (x * x,
+// which reads the input twice), and a cheap length is not recomputed in their
+// kernel but stored too; the broadcast of a literal is computed at each
+// member (@member_maps below).
 // CHECK-LABEL: cac.estimator @group_reads {
-// CHECK:         %[[K0:.*]]:3 = cac.kernel seq 0 {
+// CHECK:         %[[K0:.*]]:2 = cac.kernel seq 0 {
 // CHECK-DAG:       %[[LEN:.*]] = cac.length : <seq, f32>
 // CHECK-DAG:       %[[Y:.*]] = cac.binary mul
-// CHECK-DAG:       %[[ONE:.*]] = cac.broadcast %{{.*}} : <scalar, f32> -> <token, f32>
 // CHECK:           cac.yield
 // CHECK:         cac.kernel seq 1 {
 // CHECK-DAG:       cac.group_rank %[[K0]]#{{[0-9]}} : <seq, f32>
 // CHECK-DAG:       cac.group_pos_sum %[[K0]]#{{[0-9]}} : <token, f32>
-// CHECK-DAG:       cac.group_pos_sum %[[K0]]#{{[0-9]}} : <token, f32>
+// CHECK-DAG:       %[[ONE:.*]] = cac.broadcast %{{.*}} : <scalar, f32> -> <token, f32>
+// CHECK-DAG:       cac.group_pos_sum %[[ONE]] : <token, f32>
 // CHECK:         }
 // CHECK-NOT:     cac.kernel
 cac.estimator @group_reads {
@@ -323,5 +326,45 @@ cac.estimator @early_phase {
   %c = cac.reduce count %r : !cac.field<seq, f32> -> !cac.field<group, f32>
   %c_t = cac.broadcast %c : !cac.field<group, f32> -> !cac.field<token, f32>
   %y = cac.binary mul %s, %c_t : !cac.field<token, f32>
+  cac.output "y" %y : !cac.field<token, f32>
+}
+
+// -----
+
+// group_pos_sum reads its operand at the group's other members. A map of one
+// stored token value and of values each member has (OTB's reward * W; the
+// constant 1 of group_pos_count) is computed at the members by the kernel of
+// the sums: the scan's kernel stores W alone. A map of two stored values
+// (w * w2) is stored as it is.
+// CHECK-LABEL: cac.estimator @member_maps {
+// CHECK:         %[[K:.*]]:3 = cac.kernel seq 0 {
+// CHECK:           %[[W:.*]] = cac.scan
+// CHECK:           %[[W2:.*]] = cac.scan
+// CHECK:           %[[WW:.*]] = cac.binary mul %[[W]], %[[W2]]
+// CHECK:           cac.yield %[[W]], %[[W2]], %[[WW]]
+// CHECK:         cac.kernel seq 1 {
+// CHECK:           %[[RB:.*]] = cac.broadcast %{{.*}} : <seq, f32> -> <token, f32>
+// CHECK:           %[[RW:.*]] = cac.binary mul %[[RB]], %[[K]]#0
+// CHECK:           cac.group_pos_sum %[[RW]]
+// CHECK:           %[[ONE:.*]] = cac.broadcast %{{.*}} : <scalar, f32> -> <token, f32>
+// CHECK:           cac.group_pos_sum %[[ONE]]
+// CHECK:           cac.group_pos_sum %[[K]]#2
+// CHECK:           cac.binary mul %{{.*}}, %[[K]]#1
+cac.estimator @member_maps {
+  %x = cac.input "x" : !cac.field<token, f32>
+  %r = cac.input "r" : !cac.field<seq, f32>
+  %c1 = cac.constant 1.0 : f32 : !cac.field<scalar, f32>
+  %one = cac.broadcast %c1 : !cac.field<scalar, f32> -> !cac.field<token, f32>
+  %w = cac.scan %x, %one : !cac.field<token, f32>
+  %w2 = cac.scan reverse %x, %one : !cac.field<token, f32>
+  %rb = cac.broadcast %r : !cac.field<seq, f32> -> !cac.field<token, f32>
+  %rw = cac.binary mul %rb, %w : !cac.field<token, f32>
+  %s1 = cac.group_pos_sum %rw : !cac.field<token, f32>
+  %s2 = cac.group_pos_sum %one : !cac.field<token, f32>
+  %ww = cac.binary mul %w, %w2 : !cac.field<token, f32>
+  %s3 = cac.group_pos_sum %ww : !cac.field<token, f32>
+  %a = cac.binary add %s1, %s2 : !cac.field<token, f32>
+  %b = cac.binary add %a, %s3 : !cac.field<token, f32>
+  %y = cac.binary mul %b, %w2 : !cac.field<token, f32>
   cac.output "y" %y : !cac.field<token, f32>
 }

@@ -55,7 +55,7 @@ void SeqKernelEmitter::emitPosSumArrays(Loop &l, Value chunkEnd) {
         Value q = l.reverse ? ix.sub(ix.sub(len, e.i64(1)), p) : p;
         Value at = ix.sub(p, chunkBase);
         Value sum = b.create<arith::AddFOp>(e.loc, e.load(array, at, e.ft),
-                                            e.loadBuffer(x, ix.add(sj, q)));
+                                            memberValue(x, j, ix.add(sj, q)));
         e.store(sum, array, at);
       });
     });

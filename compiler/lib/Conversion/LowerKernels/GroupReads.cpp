@@ -90,10 +90,31 @@ Value SeqKernelEmitter::groupKey(GroupKeyOp k) {
       e.loc, xi, b.create<arith::DivFOp>(e.loc, acc[0], acc[1]));
 }
 
+/// group_pos_sum's operand `v` at member `j`'s token `tok`: cac-partition
+/// leaves it stored by an earlier kernel, or a map of such token values and
+/// of broadcasts of values each member has (a sequence value, read at the
+/// member; the group's; a scalar), which this kernel computes at the member
+/// (OTB's reward * W).
+Value SeqKernelEmitter::memberValue(Value v, Value j, Value tok) {
+  if (!inKernel(v)) {
+    Domain d = domainOf(v);
+    if (d == Domain::Token)
+      return e.loadBuffer(v, tok);
+    return d == Domain::Seq ? e.loadBuffer(v, j) : evalOuter(v);
+  }
+  Operation *op = v.getDefiningOp();
+  if (auto bc = dyn_cast<BroadcastOp>(op))
+    return memberValue(bc.getOperand(), j, tok);
+  assert(isElementwise(op) && "cac-partition clones maps for the members");
+  SmallVector<Value> x;
+  for (Value o : op->getOperands())
+    x.push_back(memberValue(o, j, tok));
+  return e.elementwise(op, x);
+}
+
 /// The sum of x at token t's position over the members that reach it.
 Value SeqKernelEmitter::groupPosSum(GroupPosSumOp s, Value t) {
   Value x = s.getInput();
-  assert(!inKernel(x) && "cac-partition stores a group_pos_sum's operand");
   IndexOps ix(e);
   Value p = ix.sub(t, start);
   return overMembers(e, group, [&](Value j, Value acc) {
@@ -104,7 +125,7 @@ Value SeqKernelEmitter::groupPosSum(GroupPosSumOp s, Value t) {
     // A member that ends before the position adds nothing (and is read at
     // its first token, which exists).
     Value v =
-        e.loadBuffer(x, b.create<arith::SelectOp>(e.loc, reaches, at, sj));
+        memberValue(x, j, b.create<arith::SelectOp>(e.loc, reaches, at, sj));
     return b.create<arith::AddFOp>(
         e.loc, acc,
         b.create<arith::SelectOp>(e.loc, reaches, v, e.fconst(0.0)));

@@ -226,6 +226,7 @@ private:
   // GroupReads.cpp: values read at the other sequences of the group.
   Value groupRank(GroupRankOp r);
   Value groupKey(GroupKeyOp k);
+  Value memberValue(Value v, Value j, Value tok);
   Value groupPosSum(GroupPosSumOp s, Value t);
 
   // BatchSelect.cpp: batch_top_k's flags and the uniform draw at a token.

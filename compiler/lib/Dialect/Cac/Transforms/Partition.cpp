@@ -71,7 +71,9 @@ struct PartitionPass
       return; // Already partitioned.
     phase.clear();
     grids.clear();
+    memberClones.clear();
     assignPhases(body);
+    clonePosSumOperands(body);
     cloneCheap(body);
     buildKernels(body);
   }
@@ -79,6 +81,9 @@ struct PartitionPass
   /// Each op's phase, and each phase's grid (of the estimator in hand).
   llvm::DenseMap<Operation *, int64_t> phase;
   SmallVector<Domain> grids;
+  /// The maps computed at the group's members (clonePosSumOperands): their
+  /// operands are read at each member, so cloneCheap leaves them stored.
+  llvm::SmallPtrSet<Operation *, 8> memberClones;
 
   void assignPhases(Block &body) {
     // Each phase is one kernel with one grid. An op joins the first phase
@@ -122,6 +127,95 @@ struct PartitionPass
     }
   }
 
+  /// The token values an earlier kernel must store for `v` to be computed
+  /// at another member of the group (group_pos_sum's operand): 0 for a
+  /// broadcast of a sequence, group or scalar value, which a later kernel
+  /// reads at the member; the sum over the operands for an elementwise map
+  /// of a sequence kernel; 1 for any other token value (an input, or a value
+  /// the earlier kernel stores); -1 where the member cannot compute it.
+  int64_t memberLeaves(Value v) {
+    auto t = dyn_cast<FieldType>(v.getType());
+    if (!t)
+      return -1;
+    Operation *def = v.getDefiningOp();
+    if (t.getDomain() != Domain::Token)
+      return t.getDomain() == Domain::Node ? -1 : 0;
+    if (!def || !phase.count(def))
+      return 1;
+    if (auto bc = dyn_cast<BroadcastOp>(def)) {
+      Domain from = cast<FieldType>(bc.getOperand().getType()).getDomain();
+      return from == Domain::Token  ? memberLeaves(bc.getOperand())
+             : from == Domain::Node ? -1
+                                    : 0;
+    }
+    if (!isa<BinaryOp, UnaryOp, CmpOp, SelectOp, CastOp>(def))
+      return 1;
+    int64_t n = 0;
+    for (Value o : def->getOperands()) {
+      int64_t k = memberLeaves(o);
+      if (k < 0)
+        return -1;
+      n += k;
+    }
+    return n;
+  }
+
+  /// Whether the member computation clones `def` (a map or a broadcast).
+  static bool memberMap(Operation *def) {
+    return isa<BroadcastOp, BinaryOp, UnaryOp, CmpOp, SelectOp, CastOp>(def);
+  }
+
+  /// Clones into phase `into`, before `at`, the maps and broadcasts that
+  /// memberLeaves walks through from `v`; returns the clone of `v` (or `v`,
+  /// a leaf).
+  Value cloneForMembers(Value v, Operation *at, int64_t into) {
+    Operation *def = v.getDefiningOp();
+    if (!def || !phase.count(def) || !memberMap(def))
+      return v;
+    OpBuilder cb(at);
+    Operation *copy = cb.clone(*def);
+    phase[copy] = into;
+    memberClones.insert(copy);
+    for (OpOperand &o : copy->getOpOperands())
+      if (cast<FieldType>(o.get().getType()).getDomain() == Domain::Token)
+        o.set(cloneForMembers(o.get(), copy, into));
+    return copy->getResult(0);
+  }
+
+  /// Erases `op` where nothing reads it any more, then so its operands.
+  void eraseUnread(Operation *op) {
+    if (!op || !phase.count(op) || !memberMap(op) || !op->use_empty())
+      return;
+    memberClones.erase(op);
+    SmallVector<Operation *> defs;
+    for (Value o : op->getOperands())
+      defs.push_back(o.getDefiningOp());
+    phase.erase(op);
+    op->erase();
+    for (Operation *d : defs)
+      eraseUnread(d);
+  }
+
+  void clonePosSumOperands(Block &body) {
+    // A group_pos_sum reads its operand at the group's other members, from
+    // a buffer an earlier kernel stored. Where that operand is a map of at
+    // most one stored token value and of values each member has (OTB's
+    // reward * W, and the constant 1 of group_pos_count), the
+    // group_pos_sum's kernel computes it at each member instead: the
+    // earlier kernel stores one buffer or none, and the members' sums read
+    // that one.
+    SmallVector<GroupPosSumOp> sums(body.getOps<GroupPosSumOp>());
+    for (GroupPosSumOp s : sums) {
+      Value x = s.getInput();
+      Operation *def = x.getDefiningOp();
+      int64_t n = memberLeaves(x);
+      if (n < 0 || n > 1 || !def || !phase.count(def) || !memberMap(def))
+        continue;
+      s->setOperand(0, cloneForMembers(x, s, phase[s]));
+      eraseUnread(def);
+    }
+  }
+
   void cloneCheap(Block &body) {
     // Cheap values made from top-level operands (broadcast parameters,
     // positions, lengths, and broadcasts of those; a sequence kernel's
@@ -160,7 +254,7 @@ struct PartitionPass
         int64_t up = phase.lookup(user);
         // An operation that reads other sequences reads the stored value.
         if (up == phase[op] || grids[up] != grids[phase[op]] ||
-            readsOtherSeqs(user))
+            readsOtherSeqs(user) || memberClones.contains(user))
           continue;
         usesIn[up].push_back(&use);
       }
