@@ -11,9 +11,12 @@
 
 #include "HostOptimizer.h"
 
+#include <mutex>
+
 #include "llvm/IR/Module.h"
 #include "llvm/MC/MCSubtargetInfo.h"
 #include "llvm/Passes/PassBuilder.h"
+#include "llvm/Support/CommandLine.h"
 #include "llvm/Target/TargetMachine.h"
 #include "llvm/TargetParser/Triple.h"
 
@@ -34,6 +37,18 @@ TargetLibraryInfoImpl cac::hostLibraryInfo(const TargetMachine &tm) {
     tlii.addVectorizableFunctionsFromVecLib(TargetLibraryInfoImpl::LIBMVEC_X86,
                                             tm.getTargetTriple());
   return tlii;
+}
+
+void cac::keepHostSelects() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    // Registered by the X86 backend (X86CmovConversion.cpp) once its target
+    // is initialized; absent on a host without it.
+    auto &opts = cl::getRegisteredOptions();
+    auto it = opts.find("x86-cmov-converter");
+    if (it != opts.end())
+      static_cast<cl::opt<bool> *>(it->second)->setValue(false);
+  });
 }
 
 void cac::optimizeForHost(Module &m, TargetMachine &tm) {

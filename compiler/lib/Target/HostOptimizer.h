@@ -28,6 +28,13 @@ bool hostUsesLibmvec(const llvm::TargetMachine &tm);
 /// variants of exp, log, sin, cos, tan and pow where hostUsesLibmvec.
 llvm::TargetLibraryInfoImpl hostLibraryInfo(const llvm::TargetMachine &tm);
 
+/// Keeps the kernels' selects as conditional moves: turns off the x86
+/// backend's conversion of a loop's cmov into a branch (a process-wide LLVM
+/// option, set once). That conversion assumes predictable conditions; the
+/// kernels' are data (a token's sign, a segment counter's wrap), and the
+/// branches it made were mispredicted every few tokens.
+void keepHostSelects();
+
 /// Runs LLVM's -O3 pipeline for \p tm on \p m, with hostLibraryInfo, so that
 /// a loop that calls expf or logf is vectorized with libmvec's 8-float
 /// variants (on AVX2) instead of one scalar call per token.

@@ -90,8 +90,9 @@ bool cac::isKnownHostCpu(llvm::StringRef cpu, std::string &error) {
 /// features it reports (a VM may hide some of its CPU model's); null where
 /// the host has no target.
 static std::unique_ptr<llvm::TargetMachine> hostMachine(llvm::StringRef cpu) {
+  initNativeTarget();
+  cac::keepHostSelects();
   if (cpu == cac::kNativeCpu) {
-    initNativeTarget();
     auto tmb = llvm::orc::JITTargetMachineBuilder::detectHost();
     if (!tmb) {
       llvm::consumeError(tmb.takeError());
@@ -195,6 +196,7 @@ cac::JitKernels::create(
     ModuleOp module,
     llvm::ArrayRef<std::pair<llvm::StringRef, void *>> symbols) {
   initNativeTarget();
+  cac::keepHostSelects();
   registerBuiltinDialectTranslation(*module.getContext());
   registerLLVMDialectTranslation(*module.getContext());
   ExecutionEngineOptions opts;

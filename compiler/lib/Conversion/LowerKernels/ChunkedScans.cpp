@@ -27,8 +27,8 @@ namespace cac::lowering {
 
 /// Whether loop `l` takes chunks: a one-thread loop of float scans, or one
 /// that reads group_pos_sums (ChunkedGroupSums.cpp), on a target that
-/// chunks them. A loop with integer scans or counters (both its copies) is
-/// walked once.
+/// chunks them. A loop that counts in integers (countsInts, both its
+/// copies) or carries counters is walked once.
 bool SeqKernelEmitter::takesChunks(const Loop &l) {
   if (threads || target.scanChunk() <= 0 || intMode || !counters.empty() ||
       !replayed.empty() || countsInts(l) || !modCounters(l).empty())
