@@ -157,33 +157,11 @@ Value GroupKernelEmitter::kthByDigits(Value x, Value kc) {
             loc, d,
             b.create<arith::ConstantOp>(loc, b.getIntegerAttr(it, g.shift))));
   }
-  // The token of the key's ties that has r of them before it. A tie is
-  // compared as a float, with the key's float (the key's sign bit is the
-  // float's; -0.0 equals +0.0, as their keys do; a NaN key ties the NaNs):
-  // the key's select of its mask, which the backend makes a branch here,
-  // mispredicted on a batch of mixed signs, stays out of the loop.
-  Value maxPos = b.create<arith::ConstantOp>(
-      loc,
-      b.getIntegerAttr(it, bits == 64 ? std::numeric_limits<int64_t>::max()
-                                      : std::numeric_limits<int32_t>::max()));
-  Value zeroKey = b.create<arith::ConstantOp>(loc, b.getIntegerAttr(it, 0));
-  Value keyNeg =
-      b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::slt, prefix, zeroKey);
-  Value kthX = b.create<arith::BitcastOp>(
-      loc, e.ft,
-      b.create<arith::XOrIOp>(
-          loc, prefix,
-          b.create<arith::SelectOp>(loc, keyNeg, zeroKey, maxPos)));
-  Value kthNan =
-      b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::UNO, kthX, kthX);
+  // The token of the key's ties that has r of them before it.
   SmallVector<Value> acc = ix.range(
       e.i64(0), n, {e.i64(0), e.i64(0)},
       [&](Value t, ValueRange a) -> SmallVector<Value> {
-        Value xt = e.loadBuffer(x, t);
-        Value tie = b.create<arith::SelectOp>(
-            loc, kthNan,
-            b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::UNO, xt, xt),
-            b.create<arith::CmpFOp>(loc, arith::CmpFPredicate::OEQ, xt, kthX));
+        Value tie = cmpU(b, loc, arith::CmpIPredicate::eq, key(t), prefix);
         Value hit = b.create<arith::AndIOp>(
             loc, tie,
             b.create<arith::CmpIOp>(loc, arith::CmpIPredicate::eq, a[0], r));
