@@ -148,7 +148,7 @@ struct PartitionPass
              : from == Domain::Node ? -1
                                     : 0;
     }
-    if (!isa<BinaryOp, UnaryOp, CmpOp, SelectOp, CastOp>(def))
+    if (!memberMap(def))
       return 1;
     int64_t n = 0;
     for (Value o : def->getOperands()) {
